@@ -1,0 +1,63 @@
+"""Build of torch_pjrt: one C++ extension (torch_pjrt._C) built with ninja against the PJRT C API
+header shipped by the installed `xla-cpu-pjrt` wheel, plus the entry points that make
+`import torch` load us and let sub-plugins register hardware.
+
+Build with `pip install --no-build-isolation -e .` (see ci/install.sh): build isolation would
+fetch a fresh, unpinned torch.
+"""
+import glob
+import importlib.util
+import os
+
+from setuptools import find_packages, setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+VERSION = "0.1.0"
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def pjrt_include_dir():
+    """The include dir of the installed xla-cpu-pjrt wheel (holding pjrt_c_api.h)."""
+    spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("torch_pjrt builds against pjrt_c_api.h from the `xla-cpu-pjrt` package: "
+                           "pip install xla-cpu-pjrt first")
+    include = os.path.join(list(spec.submodule_search_locations)[0], "include")
+    if not os.path.exists(os.path.join(include, "pjrt_c_api.h")):
+        raise RuntimeError(f"pjrt_c_api.h not found in {include}")
+    return include
+
+
+sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "torch_pjrt/csrc/**/*.cc"), recursive=True))
+
+ext = CppExtension(
+    name="torch_pjrt._C",
+    sources=sources,
+    include_dirs=[os.path.join(ROOT, "torch_pjrt/csrc"), pjrt_include_dir()],
+    extra_compile_args=["-O2", f'-DTORCH_PJRT_VERSION="{VERSION}"', "-Wno-unused-parameter"],
+    libraries=["dl"],
+)
+
+setup(
+    name="torch_pjrt",
+    version=VERSION,
+    description="A PyTorch device backed by PJRT plugins through a lazy StableHLO graph",
+    packages=find_packages(include=["torch_pjrt", "torch_pjrt.*"]),
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    python_requires=">=3.10",
+    # Pinned: an unpinned torch pulls multi-GB CUDA builds.
+    install_requires=["torch==2.13.0", "xla-cpu-pjrt"],
+    extras_require={
+        "cuda": ["xla-cuda12-pjrt"],
+        "tpu": ["libtpu"],
+    },
+    entry_points={
+        "torch.backends": ["torch_pjrt = torch_pjrt:_autoload"],
+        "torch_pjrt.plugins": [
+            "cpu = torch_pjrt.backends.cpu:CpuPlugin",
+            "cuda = torch_pjrt.backends.cuda:CudaPlugin",
+            "tpu = torch_pjrt.backends.tpu:TpuPlugin",
+        ],
+    },
+)

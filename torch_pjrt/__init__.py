@@ -1,0 +1,89 @@
+"""torch_pjrt: PyTorch's ``pjrt`` device.
+
+Installed with pip, this package is loaded by ``import torch`` itself (a ``torch.backends`` entry
+point), so ``torch.ones(2, device="pjrt")`` needs no import of ours. Ops on pjrt tensors are
+recorded into a lazy graph, lowered to StableHLO and compiled by the PJRT plugin of the active
+sub-plugin (see ``torch_pjrt.backends``).
+
+Registration is cheap on purpose: it loads our extension (kernel registrations only) and renames
+the PrivateUse1 backend. No PJRT plugin is loaded and no client is created until first use.
+"""
+
+__version__ = "0.1.0"
+
+_registered = False
+_registration_error = None
+
+
+def _register():
+    """Registers the pjrt device with torch. Idempotent."""
+    global _registered
+    if _registered:
+        return
+    import atexit
+
+    import torch
+
+    from . import _C
+    from . import device_module
+    from .backends import registry
+
+    current = torch._C._get_privateuse1_backend_name()
+    if current == "privateuseone":
+        torch.utils.rename_privateuse1_backend("pjrt")
+    elif current != "pjrt":
+        raise RuntimeError(f"the PrivateUse1 backend is already taken by {current!r}; torch_pjrt "
+                           f"cannot register the pjrt device in this process")
+    if not hasattr(torch, "pjrt"):
+        torch._register_device_module("pjrt", device_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+    _C._set_config_provider(registry.runtime_config)
+    _print_through_cpu()
+    atexit.register(device_module._shutdown)
+    _registered = True
+
+
+def _print_through_cpu():
+    """Formats pjrt tensors from one CPU copy, as torch does for xla/lazy tensors.
+
+    torch's formatter runs many small ops and reads elements one at a time; on a lazy device each
+    read would be a sync. One copy to the CPU makes printing a single sync.
+    """
+    import torch
+    import torch._tensor_str as tensor_str
+
+    original = tensor_str._str
+    if getattr(original, "_torch_pjrt", False):
+        return
+
+    def _str(self, *, tensor_contents=None):
+        if (tensor_contents is None and isinstance(self, torch.Tensor)
+                and self.device.type == "pjrt" and self.layout == torch.strided
+                and not torch._C._functorch.is_functorch_wrapped_tensor(self)):
+            prefix = "tensor(" if type(self) in (torch.Tensor, torch.nn.Parameter) else f"{type(self).__name__}("
+            with torch.no_grad():
+                host = self.detach().to("cpu")
+            if host.numel() > 0 or host.dim() != 1:
+                tensor_contents = tensor_str._tensor_str(host, len(prefix))
+        return original(self, tensor_contents=tensor_contents)
+
+    _str._torch_pjrt = True
+    tensor_str._str = _str
+
+
+def _autoload():
+    """Entry point called by ``import torch``. Never raises: a failure here must not break torch."""
+    global _registration_error
+    try:
+        _register()
+    except Exception as e:  # pragma: no cover - exercised by tests in a subprocess
+        import warnings
+
+        _registration_error = e
+        warnings.warn(f"torch_pjrt could not register the pjrt device: {type(e).__name__}: {e}. "
+                      f"Disable autoloading with TORCH_DEVICE_BACKEND_AUTOLOAD=0.", RuntimeWarning)
+
+
+# An explicit `import torch_pjrt` (e.g. with TORCH_DEVICE_BACKEND_AUTOLOAD=0) registers too.
+_autoload()

@@ -1,0 +1,73 @@
+"""The CPU sub-plugin: OpenXLA's CPU PJRT plugin from the ``xla-cpu-pjrt`` wheel.
+
+It is always installed with torch_pjrt and is the default when no accelerator plugin is
+available. ``TORCH_PJRT_CPU_DEVICE_COUNT=N`` (or ``set_device_count(N)`` before first use)
+exposes N virtual devices, useful for testing multi-device code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any, Dict, Optional
+
+from .base import DevicePlugin
+
+_device_count_override: Optional[int] = None
+
+
+def set_device_count(n: int) -> None:
+    """Number of CPU devices the client will expose; only before the device is first used."""
+    global _device_count_override
+    if n < 1:
+        raise ValueError(f"the CPU plugin needs at least 1 device, got {n}")
+    _device_count_override = int(n)
+
+
+def _package_dir() -> Optional[str]:
+    spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+class CpuPlugin(DevicePlugin):
+    name = "cpu"
+    priority = 0  # the fallback: any available accelerator plugin wins
+
+    def library_path(self) -> str:
+        d = _package_dir()
+        if d is None:
+            raise RuntimeError("the CPU PJRT plugin is not installed: pip install xla-cpu-pjrt")
+        return os.path.join(d, "xla_cpu_pjrt.so")
+
+    def is_available(self) -> bool:
+        d = _package_dir()
+        return d is not None and os.path.exists(os.path.join(d, "xla_cpu_pjrt.so"))
+
+    def unavailable_reason(self) -> Optional[str]:
+        if self.is_available():
+            return None
+        return "package xla-cpu-pjrt is not installed (pip install xla-cpu-pjrt)"
+
+    def device_count(self) -> int:
+        if _device_count_override is not None:
+            return _device_count_override
+        raw = os.environ.get("TORCH_PJRT_CPU_DEVICE_COUNT", "1")
+        try:
+            n = int(raw)
+        except ValueError:
+            raise ValueError(f"TORCH_PJRT_CPU_DEVICE_COUNT must be a positive integer, got {raw!r}") from None
+        if n < 1:
+            raise ValueError(f"TORCH_PJRT_CPU_DEVICE_COUNT must be a positive integer, got {raw!r}")
+        return n
+
+    def client_create_options(self) -> Dict[str, Any]:
+        # Must be an int64 option: the plugin aborts the process on any other type.
+        return {"cpu_device_count": int(self.device_count())}
+
+    def physical_chip_count(self) -> int:
+        return 1
+
+    # float64 and int64 run natively; the XLA CPU compiler handles every dtype pjrt supports.
+    amp_dtypes = ("bfloat16", "float16")

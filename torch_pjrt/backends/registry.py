@@ -1,0 +1,214 @@
+"""Discovery and selection of sub-plugins.
+
+Every ``torch_pjrt.plugins`` entry point in the environment is a candidate; so is a bare library
+named by ``TORCH_PJRT_PLUGIN_LIBRARY`` (for vendors testing a build). ``PJRT_DEVICE=<name>``
+picks one; otherwise available plugins are tried from the highest priority down. A plugin that
+fails to import, to report availability, or to start is reported once and skipped; nothing here
+runs at ``import torch``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import traceback
+import warnings
+from typing import Dict, List, Optional
+
+from .base import DevicePlugin
+
+ENTRY_POINT_GROUP = "torch_pjrt.plugins"
+
+_lock = threading.RLock()
+_records: Optional[Dict[str, "PluginRecord"]] = None
+_active: Optional[str] = None
+
+
+@dataclasses.dataclass
+class PluginRecord:
+    """What discovery learned about one sub-plugin."""
+
+    name: str
+    source: str  # "module:Class" of the entry point, or the library path
+    plugin: Optional[DevicePlugin]
+    error: Optional[str] = None  # why it could not even be loaded
+    available: bool = False
+    reason: Optional[str] = None  # why it is not available
+
+    def describe(self) -> str:
+        if self.error:
+            return f"{self.name}: broken ({self.error})"
+        if not self.available:
+            return f"{self.name}: unavailable ({self.reason or 'no reason given'})"
+        return f"{self.name}: available (priority {self.plugin.priority})"
+
+
+class PathPlugin(DevicePlugin):
+    """A plugin given only by its library path (``TORCH_PJRT_PLUGIN_LIBRARY``), with optional
+    JSON client options in ``TORCH_PJRT_PLUGIN_OPTIONS``."""
+
+    priority = 1000  # naming a library explicitly beats every installed plugin
+
+    def __init__(self, name: str, path: str, options: Dict):
+        self.name = name
+        self._path = path
+        self._options = options
+
+    def library_path(self) -> str:
+        return self._path
+
+    def client_create_options(self):
+        return dict(self._options)
+
+    def is_available(self) -> bool:
+        return os.path.exists(self._path)
+
+    def unavailable_reason(self) -> Optional[str]:
+        return None if self.is_available() else f"no file at {self._path}"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"torch_pjrt: {message}", RuntimeWarning, stacklevel=3)
+
+
+def _check_availability(record: PluginRecord) -> None:
+    try:
+        record.available = bool(record.plugin.is_available())
+        if not record.available:
+            record.reason = record.plugin.unavailable_reason() or "is_available() returned False"
+    except Exception as e:  # a plugin's own bug must not take the device down
+        record.available = False
+        record.error = f"is_available() raised {type(e).__name__}: {e}"
+        _warn(f"sub-plugin '{record.name}' ({record.source}) is skipped: {record.error}")
+
+
+def _load_entry_points() -> Dict[str, PluginRecord]:
+    from importlib.metadata import entry_points
+
+    records: Dict[str, PluginRecord] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        name = ep.name
+        source = ep.value
+        if name in records:
+            _warn(f"two sub-plugins are named '{name}' ({records[name].source} and {source}); "
+                  f"keeping the first")
+            continue
+        try:
+            obj = ep.load()
+            plugin = obj() if isinstance(obj, type) else obj
+            if not isinstance(plugin, DevicePlugin):
+                raise TypeError(f"{source} is not a torch_pjrt.backends.DevicePlugin")
+            if not plugin.name:
+                plugin.name = name
+            record = PluginRecord(name=name, source=source, plugin=plugin)
+            _check_availability(record)
+        except Exception as e:
+            detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+            record = PluginRecord(name=name, source=source, plugin=None, error=detail)
+            _warn(f"sub-plugin '{name}' ({source}) failed to load and is skipped: {detail}")
+        records[name] = record
+    return records
+
+
+def _path_plugin() -> Optional[PluginRecord]:
+    path = os.environ.get("TORCH_PJRT_PLUGIN_LIBRARY")
+    if not path:
+        return None
+    name = os.environ.get("TORCH_PJRT_PLUGIN_NAME", "custom")
+    raw = os.environ.get("TORCH_PJRT_PLUGIN_OPTIONS", "")
+    try:
+        options = json.loads(raw) if raw else {}
+        if not isinstance(options, dict):
+            raise ValueError("must be a JSON object")
+    except ValueError as e:
+        error = f"TORCH_PJRT_PLUGIN_OPTIONS is not a JSON object of client options: {e}"
+        _warn(f"plugin library {path} is skipped: {error}")
+        return PluginRecord(name=name, source=path, plugin=None, error=error)
+    record = PluginRecord(name=name, source=path, plugin=PathPlugin(name, path, options))
+    _check_availability(record)
+    return record
+
+
+def discover(refresh: bool = False) -> Dict[str, PluginRecord]:
+    """All sub-plugins found in this environment, by name."""
+    global _records
+    with _lock:
+        if _records is None or refresh:
+            records = _load_entry_points()
+            extra = _path_plugin()
+            if extra is not None:
+                records[extra.name] = extra
+            _records = records
+        return _records
+
+
+def requested_name() -> Optional[str]:
+    name = os.environ.get("PJRT_DEVICE", "").strip()
+    return name.lower() or None
+
+
+def candidates() -> List[PluginRecord]:
+    """Plugins to try, in order. With PJRT_DEVICE set, exactly that one (or an error)."""
+    records = discover()
+    wanted = requested_name()
+    if wanted is not None:
+        matches = [r for k, r in records.items() if k.lower() == wanted]
+        listing = "; ".join(r.describe() for r in records.values()) or "none installed"
+        if not matches:
+            raise RuntimeError(f"PJRT_DEVICE={wanted!r} names no installed torch_pjrt sub-plugin. "
+                               f"Found: {listing}")
+        record = matches[0]
+        if record.error or not record.available:
+            raise RuntimeError(f"PJRT_DEVICE={wanted!r} selects a plugin that cannot run here: "
+                               f"{record.describe()}. Available: "
+                               + (", ".join(r.name for r in records.values() if r.available and not r.error)
+                                  or "none"))
+        return [record]
+    usable = [r for r in records.values() if r.available and not r.error]
+    if not usable:
+        listing = "; ".join(r.describe() for r in records.values()) or "none installed"
+        raise RuntimeError("no usable torch_pjrt sub-plugin: " + listing)
+    return sorted(usable, key=lambda r: -r.plugin.priority)
+
+
+def _local_topology():
+    rank = os.environ.get("LOCAL_RANK")
+    size = os.environ.get("LOCAL_WORLD_SIZE")
+    if rank is None or size is None:
+        return None
+    return int(rank), int(size)
+
+
+def runtime_config() -> Dict:
+    """What the C++ runtime needs to start a client; called once, on first device use."""
+    # XLA plugins log INFO lines through absl on stderr; keep warnings and errors only.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    result = []
+    topology = _local_topology()
+    for record in candidates():
+        plugin = record.plugin
+        try:
+            if topology is None:
+                plugin.configure_single_process()
+            else:
+                plugin.configure_multiprocess(*topology)
+            result.append({
+                "name": record.name,
+                "library_path": str(plugin.library_path()),
+                "options": dict(plugin.client_create_options()),
+            })
+        except Exception as e:
+            message = f"{type(e).__name__}: {e}"
+            if requested_name() is not None:
+                raise RuntimeError(f"sub-plugin '{record.name}' could not be configured: {message}") from e
+            _warn(f"sub-plugin '{record.name}' is skipped: configuring it raised {message}")
+    if not result:
+        raise RuntimeError("no torch_pjrt sub-plugin could be configured")
+    return {"candidates": result, "strict": requested_name() is not None}
+
+
+def plugin(name: str) -> Optional[DevicePlugin]:
+    record = discover().get(name)
+    return record.plugin if record else None

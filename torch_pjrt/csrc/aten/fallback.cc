@@ -1,0 +1,53 @@
+// Every op without a lowering still works: its pjrt tensors are synced and copied to the CPU, the
+// CPU kernel runs, and results (and mutated arguments) are copied back. Each use is counted per op
+// (aten::<op> in torch.pjrt metrics) and the first one warns, so fallbacks are never invisible.
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include "aten/fallback.h"
+#include "graph/executor.h"
+#include "graph/metrics.h"
+
+namespace torch_pjrt::aten {
+
+namespace {
+
+bool g_warnings = [] {
+  const char* env = std::getenv("TORCH_PJRT_FALLBACK_WARNINGS");
+  return !(env && (std::string(env) == "0" || std::string(env) == "false"));
+}();
+
+void PjrtCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::OperatorName& name = op.schema().operator_name();
+  std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+  graph::Metrics::Increment(graph::Counter::kFallbackOps);
+  graph::Metrics::IncrementNamed(full);
+  {
+    static std::mutex mutex;
+    static std::set<std::string> warned;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (g_warnings && warned.insert(full).second) {
+      TORCH_WARN("torch_pjrt: ", full, " has no pjrt lowering and runs on the CPU (each call syncs "
+                 "the device and copies its tensors). Silence with "
+                 "torch.pjrt.set_fallback_warnings(False) or TORCH_PJRT_FALLBACK_WARNINGS=0.");
+    }
+  }
+  // One sync for all pending work, so the copies below find everything materialized.
+  graph::SyncAllDevices(graph::SyncCause::kFallback);
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/false);
+}
+
+}  // namespace
+
+bool FallbackWarningsEnabled() { return g_warnings; }
+void SetFallbackWarningsEnabled(bool enabled) { g_warnings = enabled; }
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&PjrtCpuFallback>());
+}
+
+}  // namespace torch_pjrt::aten

@@ -1,0 +1,47 @@
+// The bridge between at::Tensor and the graph layer: dtype mapping, finding a tensor's
+// LazyStorage, describing it as a strided view, creating empty pjrt tensors.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+
+#include "graph/trace.h"
+
+namespace torch_pjrt::aten {
+
+// Raises TypeError naming the dtype when pjrt cannot hold it.
+ElementType ToElementType(c10::ScalarType t);
+c10::ScalarType ToScalarType(ElementType t);
+
+bool IsPjrt(const at::Tensor& t);
+// The LazyStorage behind a pjrt tensor (never null for a tensor made by us).
+graph::LazyStorage* StorageOf(const at::Tensor& t);
+graph::LazyStorage* StorageOf(const c10::Storage& s);
+graph::TensorView ViewOf(const at::Tensor& t);
+
+// An uninitialized pjrt tensor (reads as zeros) with exactly these sizes and strides.
+at::Tensor EmptyStrided(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
+                        c10::DeviceIndex device);
+at::Tensor EmptyContiguous(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex device);
+
+// The lazily evaluated value of a pjrt tensor, and writing one into it.
+graph::Value ReadValue(const at::Tensor& t);
+void WriteValue(const at::Tensor& t, graph::Value v);
+
+// Converts `v` to `dtype` and broadcasts it to `sizes` (no nodes when already matching).
+graph::Value Coerce(graph::Value v, ElementType dtype, c10::IntArrayRef sizes, int device);
+
+// The calling thread's current pjrt device (what torch.pjrt.set_device and device guards change).
+c10::DeviceIndex CurrentDevice();
+void SetCurrentDevice(c10::DeviceIndex index);
+
+// Validates a device index against the active plugin (starting it if needed).
+void CheckDeviceIndex(c10::DeviceIndex index);
+
+// The DataPtr deleter of pjrt storages (identifies them).
+void DeleteLazyStorage(void* ctx);
+// A DataPtr for a new storage of `nbytes` on `device`: a reserved address that is never
+// dereferenced, with a LazyStorage as its context.
+c10::DataPtr AllocateLazyStorage(size_t nbytes, c10::DeviceIndex device);
+
+}  // namespace torch_pjrt::aten

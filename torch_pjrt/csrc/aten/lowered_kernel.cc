@@ -1,0 +1,466 @@
+// The one boxed PrivateUse1 kernel behind every op that has a lowering (design decision 2).
+// It records a node instead of computing: output shapes and dtypes come from the op's Meta kernel
+// (memoized per input signature), non-tensor arguments become node attributes, value scalars
+// become 0-d graph inputs, and in-place / out= variants write the functional result back into
+// their destination storages.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/empty_strided.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <functional>
+#include <unordered_map>
+
+#include "aten/lazy_tensor.h"
+#include "aten/lowered_kernel.h"
+#include "aten/op_signature.h"
+#include "graph/executor.h"
+#include "lowering/lowering.h"
+
+namespace torch_pjrt::aten {
+
+namespace {
+
+using graph::Arg;
+using graph::ArgKind;
+
+struct OutSpec {
+  c10::ScalarType dtype;
+  c10::SmallVector<int64_t, 6> sizes;
+  c10::SmallVector<int64_t, 6> strides;
+};
+
+struct MetaResult {
+  std::vector<OutSpec> outputs;  // functional results, flattened
+  bool list_return = false;      // the op returns one Tensor[]
+};
+
+// ---------------------------------------------------------------- meta inference
+
+uint64_t Mix(uint64_t h, uint64_t v) { return graph::HashMix(h, v); }
+
+uint64_t HashTensor(uint64_t h, const at::Tensor& t) {
+  if (!t.defined()) return Mix(h, 0x55);
+  h = Mix(h, static_cast<uint64_t>(t.scalar_type()) | (static_cast<uint64_t>(t.device().type()) << 8) |
+                 (static_cast<uint64_t>(t.unsafeGetTensorImpl()->is_wrapped_number()) << 16));
+  h = Mix(h, t.dim());
+  for (int64_t s : t.sizes()) h = Mix(h, static_cast<uint64_t>(s));
+  for (int64_t s : t.strides()) h = Mix(h, static_cast<uint64_t>(s));
+  return h;
+}
+
+uint64_t HashIValue(uint64_t h, const c10::IValue& iv, ArgRole role) {
+  if (role == ArgRole::kIgnored || role == ArgRole::kGenerator) return Mix(h, 0x1);
+  if (role == ArgRole::kScalarValue && !iv.isNone()) {
+    // Only the kind of a value scalar can change result types, never its value.
+    return Mix(h, iv.isDouble() ? 0x10 : iv.isInt() ? 0x11 : iv.isBool() ? 0x12 : 0x13);
+  }
+  if (iv.isTensor()) return HashTensor(h, iv.toTensor());
+  if (iv.isNone()) return Mix(h, 0x2);
+  if (iv.isInt()) return Mix(Mix(h, 0x3), static_cast<uint64_t>(iv.toInt()));
+  if (iv.isSymInt()) return Mix(Mix(h, 0x3), static_cast<uint64_t>(iv.toSymInt().guard_int(__FILE__, __LINE__)));
+  if (iv.isDouble()) {
+    double d = iv.toDouble();
+    uint64_t bits;
+    std::memcpy(&bits, &d, 8);
+    return Mix(Mix(h, 0x4), bits);
+  }
+  if (iv.isBool()) return Mix(Mix(h, 0x5), iv.toBool());
+  if (iv.isString()) return Mix(Mix(h, 0x6), std::hash<std::string_view>()(iv.toStringView()));
+  if (iv.isIntList()) {
+    h = Mix(h, 0x7);
+    for (int64_t v : iv.toIntVector()) h = Mix(h, static_cast<uint64_t>(v));
+    return h;
+  }
+  if (iv.isSymIntList()) {
+    h = Mix(h, 0x7);
+    for (const c10::SymInt& v : iv.toSymIntList()) h = Mix(h, static_cast<uint64_t>(v.guard_int(__FILE__, __LINE__)));
+    return h;
+  }
+  if (iv.isTensorList()) {
+    h = Mix(h, 0x8);
+    for (const at::Tensor& t : iv.toTensorList()) h = HashTensor(h, t);
+    return h;
+  }
+  if (iv.isList()) {
+    h = Mix(h, 0x9);
+    for (const c10::IValue& e : iv.toListRef()) h = HashIValue(h, e, ArgRole::kPlain);
+    return h;
+  }
+  if (iv.isDoubleList()) {
+    h = Mix(h, 0xa);
+    for (double d : iv.toDoubleVector()) {
+      uint64_t bits;
+      std::memcpy(&bits, &d, 8);
+      h = Mix(h, bits);
+    }
+    return h;
+  }
+  if (iv.isComplexDouble()) return Mix(h, 0xb);
+  return Mix(h, static_cast<uint64_t>(std::hash<std::string>()(iv.tagKind())));
+}
+
+at::Tensor ToMeta(const at::Tensor& t) {
+  if (!t.defined() || !IsPjrt(t)) return t;  // undefined, or a CPU scalar the op accepts as-is
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+c10::IValue ToMetaIValue(const c10::IValue& iv) {
+  if (iv.isTensor()) return ToMeta(iv.toTensor());
+  if (iv.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : iv.toTensorList()) list.push_back(ToMeta(t));
+    return list;
+  }
+  if (iv.isList() && iv.toListRef().size() > 0 && iv.toListRef()[0].isTensor() + iv.toListRef()[0].isNone()) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (const c10::IValue& e : iv.toListRef()) {
+      list.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(ToMeta(e.toTensor())));
+    }
+    return list;
+  }
+  if (iv.isDevice()) return c10::Device(c10::kMeta);
+  return iv;
+}
+
+OutSpec SpecOf(const at::Tensor& t) {
+  return OutSpec{t.scalar_type(), c10::SmallVector<int64_t, 6>(t.sizes().begin(), t.sizes().end()),
+                 c10::SmallVector<int64_t, 6>(t.strides().begin(), t.strides().end())};
+}
+
+MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  c10::DispatchKeySet meta_keys(c10::DispatchKey::Meta);
+  MetaResult result;
+  torch::jit::Stack stack;
+  for (size_t i = 0; i < sig.num_functional_args; ++i) stack.push_back(ToMetaIValue(args[i]));
+  sig.meta.redispatchBoxed(meta_keys, &stack);
+  for (const c10::IValue& r : stack) {
+    if (r.isTensor()) {
+      result.outputs.push_back(SpecOf(r.toTensor()));
+    } else if (r.isTensorList()) {
+      result.list_return = true;
+      for (const at::Tensor& t : r.toTensorList()) result.outputs.push_back(SpecOf(t));
+    }
+  }
+  if (sig.variant != Variant::kFunctional) {
+    // The variant's own Meta kernel performs torch's checks (in-place broadcast and dtype
+    // casting rules, out= dtype rules) with torch's messages. Out tensors are passed empty so
+    // their resize warning comes from the real resize below, once per call.
+    torch::jit::Stack check;
+    for (size_t i = 0; i < sig.num_args; ++i) {
+      const c10::IValue& iv = args[i];
+      bool is_out = i >= sig.num_functional_args;
+      if (is_out && iv.isTensor() && iv.toTensor().defined()) {
+        check.push_back(at::empty({0}, iv.toTensor().options().device(c10::kMeta)));
+      } else {
+        check.push_back(ToMetaIValue(iv));
+      }
+    }
+    sig.op.redispatchBoxed(meta_keys, &check);
+  }
+  return result;
+}
+
+// Memoized meta results. Bounded: cleared wholesale when it grows past the limit.
+const MetaResult& CachedMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  static auto* cache = new std::unordered_map<uint64_t, MetaResult>();
+  uint64_t key = Mix(0x6d657461, reinterpret_cast<uintptr_t>(&sig));
+  for (size_t i = 0; i < sig.num_args; ++i) key = HashIValue(key, args[i], sig.roles[i]);
+  auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  MetaResult r = RunMeta(sig, args);
+  if (cache->size() > 200000) cache->clear();
+  return cache->emplace(key, std::move(r)).first->second;
+}
+
+// ---------------------------------------------------------------- tracing
+
+[[noreturn]] void DeviceMismatch(const c10::Device& a, const c10::Device& b) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
+              a, " and ", b, "!");
+}
+
+struct NodeBuilder {
+  int device;
+  std::vector<graph::Value> inputs;
+  graph::ArgList args;
+  graph::ArgPool pool;
+
+  int AddInput(graph::Value v) {
+    inputs.push_back(std::move(v));
+    return static_cast<int>(inputs.size() - 1);
+  }
+
+  // A tensor argument: a read of a pjrt tensor, or a CPU scalar tensor as a value slot.
+  int AddTensor(const at::Tensor& t, bool* wrapped) {
+    *wrapped = false;
+    if (IsPjrt(t)) {
+      if (t.device().index() != device) DeviceMismatch(t.device(), c10::Device(c10::DeviceType::PrivateUse1, device));
+      return AddInput(ReadValue(t));
+    }
+    if (t.dim() != 0 || !t.device().is_cpu()) {
+      DeviceMismatch(c10::Device(c10::DeviceType::PrivateUse1, device), t.device());
+    }
+    *wrapped = t.unsafeGetTensorImpl()->is_wrapped_number();
+    return AddInput(graph::MakeSlot(device, ToElementType(t.scalar_type()), t.data_ptr()));
+  }
+
+  Arg TensorArg(const at::Tensor& t) {
+    if (!t.defined()) return Arg::None();
+    bool wrapped;
+    Arg a = Arg::Tensor(AddTensor(t, &wrapped));
+    a.start = wrapped ? 1 : 0;
+    return a;
+  }
+
+  Arg ListArg(ArgKind kind, const std::vector<int64_t>& items) {
+    Arg a{kind, static_cast<uint16_t>(pool.size()), static_cast<uint16_t>(items.size()), 0};
+    for (int64_t v : items) pool.push_back(v);
+    return a;
+  }
+
+  Arg ScalarArg(const c10::IValue& iv, bool structural) {
+    if (structural) {
+      if (iv.isDouble()) return Arg::Double(iv.toDouble());
+      if (iv.isBool()) return Arg::Bool(iv.toBool());
+      if (iv.isInt()) return Arg::Int(iv.toInt());
+      c10::complex<double> c = iv.toComplexDouble();
+      Arg a = Arg::Double(c.real());
+      double im = c.imag();
+      int64_t bits;
+      std::memcpy(&bits, &im, 8);
+      a.kind = ArgKind::kComplex;
+      a.start = static_cast<uint16_t>(pool.size());
+      a.len = 1;
+      pool.push_back(bits);
+      return a;
+    }
+    graph::Value slot;
+    if (iv.isDouble()) {
+      double v = iv.toDouble();
+      slot = graph::MakeSlot(device, ElementType::kF64, &v);
+    } else if (iv.isBool()) {
+      bool v = iv.toBool();
+      slot = graph::MakeSlot(device, ElementType::kBool, &v);
+    } else if (iv.isInt()) {
+      int64_t v = iv.toInt();
+      slot = graph::MakeSlot(device, ElementType::kS64, &v);
+    } else {
+      c10::complex<double> v = iv.toComplexDouble();
+      slot = graph::MakeSlot(device, ElementType::kC128, &v);
+    }
+    Arg a = Arg::Tensor(AddInput(std::move(slot)));
+    a.start = 1;  // promotes like a Python number
+    return a;
+  }
+
+  Arg PlainArg(const c10::IValue& iv) {
+    if (iv.isTensor()) return TensorArg(iv.toTensor());
+    if (iv.isNone()) return Arg::None();
+    if (iv.isInt()) return Arg::Int(iv.toInt());
+    if (iv.isSymInt()) return Arg::Int(iv.toSymInt().guard_int(__FILE__, __LINE__));
+    if (iv.isDouble()) return Arg::Double(iv.toDouble());
+    if (iv.isBool()) return Arg::Bool(iv.toBool());
+    if (iv.isString()) {
+      return Arg{ArgKind::kString, 0, 0, lowering::InternString(iv.toStringView())};
+    }
+    if (iv.isIntList()) return ListArg(ArgKind::kIntList, iv.toIntVector());
+    if (iv.isSymIntList()) {
+      std::vector<int64_t> v;
+      for (const c10::SymInt& s : iv.toSymIntList()) v.push_back(s.guard_int(__FILE__, __LINE__));
+      return ListArg(ArgKind::kIntList, v);
+    }
+    if (iv.isBoolList()) {
+      std::vector<int64_t> v;
+      for (bool b : iv.toBoolList()) v.push_back(b);
+      return ListArg(ArgKind::kIntList, v);
+    }
+    if (iv.isDoubleList()) {
+      std::vector<int64_t> v;
+      for (double d : iv.toDoubleVector()) {
+        int64_t bits;
+        std::memcpy(&bits, &d, 8);
+        v.push_back(bits);
+      }
+      return ListArg(ArgKind::kDoubleList, v);
+    }
+    if (iv.isTensorList() || iv.isList()) {
+      std::vector<int64_t> items;
+      for (const c10::IValue& e : iv.toListRef()) {
+        if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
+          items.push_back(-1);
+        } else {
+          bool wrapped;
+          items.push_back(AddTensor(e.toTensor(), &wrapped));
+        }
+      }
+      return ListArg(ArgKind::kTensorList, items);
+    }
+    if (iv.isDevice() || iv.isGenerator()) return Arg::None();
+    TORCH_CHECK(false, "pjrt: cannot trace an argument of type ", iv.tagKind());
+  }
+};
+
+int FindDevice(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  int device = -1;
+  auto visit = [&](const at::Tensor& t) {
+    if (!IsPjrt(t)) return;
+    if (device < 0) device = t.device().index();
+    else if (t.device().index() != device) DeviceMismatch(c10::Device(c10::DeviceType::PrivateUse1, device), t.device());
+  };
+  for (const c10::IValue& iv : args) {
+    if (iv.isTensor()) visit(iv.toTensor());
+    else if (iv.isTensorList()) for (const at::Tensor& t : iv.toTensorList()) visit(t);
+    else if (iv.isList()) {
+      for (const c10::IValue& e : iv.toListRef()) if (e.isTensor()) visit(e.toTensor());
+    }
+  }
+  TORCH_CHECK(device >= 0, "pjrt: ", sig.name, " was dispatched to pjrt without any pjrt tensor");
+  return device;
+}
+
+class LoweredKernel final : public c10::OperatorKernel {
+ public:
+  explicit LoweredKernel(OpSignature sig) : sig_(std::move(sig)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const OpSignature& sig = sig_;
+    c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, sig.num_args);
+    int device = FindDevice(sig, args);
+    const MetaResult& meta = CachedMeta(sig, args);
+
+    graph::GraphLock lock;
+    NodeBuilder b{device, {}, {}, {}};
+    for (size_t i = 0; i < sig.num_functional_args; ++i) {
+      const c10::IValue& iv = args[i];
+      switch (sig.roles[i]) {
+        case ArgRole::kIgnored:
+        case ArgRole::kGenerator:
+          b.args.push_back(Arg::None());
+          break;
+        case ArgRole::kDtype:
+          b.args.push_back(iv.isNone() ? Arg::None()
+                                       : Arg::Type(ToElementType(static_cast<c10::ScalarType>(iv.toInt()))));
+          break;
+        case ArgRole::kScalarValue:
+        case ArgRole::kScalarConst: {
+          if (iv.isNone()) {
+            b.args.push_back(Arg::None());
+            break;
+          }
+          // A Scalar equal to its schema default (add's alpha=1) is a constant: it almost never
+          // changes, and as a constant XLA folds it away.
+          bool structural = sig.roles[i] == ArgRole::kScalarConst ||
+                            (sig.defaults[i].has_value() && sig.defaults[i]->isScalar() &&
+                             iv.tagKind() == sig.defaults[i]->tagKind() && iv == *sig.defaults[i]);
+          b.args.push_back(b.ScalarArg(iv, structural));
+          break;
+        }
+        case ArgRole::kPlain:
+          b.args.push_back(b.PlainArg(iv));
+          break;
+      }
+    }
+    std::vector<graph::TensorType> out_types;
+    for (const OutSpec& o : meta.outputs) {
+      out_types.push_back(graph::TensorType{ToElementType(o.dtype), Dims(o.sizes.begin(), o.sizes.end())});
+    }
+    std::vector<at::Tensor> mutated;  // extra mutations whose argument is present
+    for (int a : sig.extra_mutations) {
+      const c10::IValue& iv = args[a];
+      if (iv.isTensor() && iv.toTensor().defined()) {
+        const at::Tensor& t = iv.toTensor();
+        mutated.push_back(t);
+        out_types.push_back(graph::TensorType{ToElementType(t.scalar_type()), Dims(t.sizes().begin(), t.sizes().end())});
+      }
+    }
+    std::vector<graph::Value> values;
+    if (!out_types.empty()) {
+      values = graph::MakeOp(sig.lowering, device, b.inputs, std::move(b.args), std::move(b.pool),
+                             std::move(out_types));
+    }
+    for (size_t k = 0; k < mutated.size(); ++k) {
+      const at::Tensor& t = mutated[k];
+      WriteValue(t, Coerce(values[meta.outputs.size() + k], ToElementType(t.scalar_type()), t.sizes(), device));
+    }
+
+    std::vector<c10::IValue> returns;
+    switch (sig.variant) {
+      case Variant::kFunctional: {
+        std::vector<at::Tensor> results;
+        for (size_t j = 0; j < meta.outputs.size(); ++j) {
+          const OutSpec& o = meta.outputs[j];
+          at::Tensor t = EmptyStrided(o.sizes, o.strides, o.dtype, device);
+          if (t.numel() > 0) WriteValue(t, values[j]);
+          results.push_back(std::move(t));
+        }
+        if (meta.list_return) {
+          returns.emplace_back(c10::List<at::Tensor>(results));
+        } else {
+          for (at::Tensor& t : results) returns.emplace_back(std::move(t));
+        }
+        break;
+      }
+      case Variant::kInplace: {
+        const at::Tensor& self = args[0].toTensor();
+        if (self.numel() > 0) {
+          WriteValue(self, Coerce(values[0], ToElementType(self.scalar_type()), self.sizes(), device));
+        }
+        returns.push_back(args[0]);
+        break;
+      }
+      case Variant::kOut: {
+        for (size_t j = 0; j < sig.out_args.size(); ++j) {
+          const at::Tensor& out = args[sig.out_args[j]].toTensor();
+          const OutSpec& o = meta.outputs[j];
+          at::native::resize_output(out, o.sizes);
+          if (out.numel() > 0) {
+            WriteValue(out, Coerce(values[j], ToElementType(out.scalar_type()), out.sizes(), device));
+          }
+          returns.push_back(args[sig.out_args[j]]);
+        }
+        break;
+      }
+    }
+    torch::jit::drop(*stack, sig.num_args);
+    for (c10::IValue& r : returns) stack->push_back(std::move(r));
+    if (graph::TraceTooLarge(device)) graph::SyncDevice(device, graph::SyncCause::kGraphTooLarge);
+  }
+
+ private:
+  OpSignature sig_;
+};
+
+}  // namespace
+
+std::vector<std::string> RegisterLoweredKernels() {
+  static auto* library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                            __FILE__, __LINE__);
+  std::vector<std::string> missing;
+  auto& dispatcher = c10::Dispatcher::singleton();
+  const auto& table = lowering::Table();
+  for (size_t i = 0; i < table.size(); ++i) {
+    const std::string& schema = table[i].schema;
+    if (schema.rfind("pjrt::", 0) == 0) continue;
+    size_t dot = schema.find('.');
+    std::string name = "aten::" + schema.substr(0, dot);
+    std::string overload = dot == std::string::npos ? "" : schema.substr(dot + 1);
+    auto functional = dispatcher.findSchema({name, overload});
+    if (!functional) {
+      missing.push_back(schema);
+      continue;
+    }
+    std::vector<c10::OperatorHandle> ops{*functional};
+    for (const auto& v : FindVariants(*functional)) ops.push_back(v);
+    for (const c10::OperatorHandle& op : ops) {
+      const c10::FunctionSchema& s = op.schema();
+      std::string qualified = s.name().substr(6) + (s.overload_name().empty() ? "" : "." + s.overload_name());
+      library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<LoweredKernel>(
+                                           MakeSignature(op, *functional, static_cast<int>(i)))));
+    }
+  }
+  return missing;
+}
+
+}  // namespace torch_pjrt::aten

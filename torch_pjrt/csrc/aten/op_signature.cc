@@ -1,0 +1,121 @@
+#include "aten/op_signature.h"
+
+#include <ATen/core/jit_type.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "lowering/lowering.h"
+
+namespace torch_pjrt::aten {
+
+namespace {
+
+c10::TypePtr Unwrap(const c10::TypePtr& t) {
+  if (auto opt = t->cast<c10::OptionalType>()) return opt->getElementType();
+  return t;
+}
+
+ArgRole RoleOf(const c10::Argument& arg) {
+  c10::TypePtr t = Unwrap(arg.real_type());
+  switch (t->kind()) {
+    case c10::TypeKind::NumberType: return ArgRole::kScalarValue;
+    case c10::TypeKind::ScalarTypeType: return ArgRole::kDtype;
+    case c10::TypeKind::LayoutType:
+    case c10::TypeKind::MemoryFormatType:
+    case c10::TypeKind::DeviceObjType: return ArgRole::kIgnored;
+    case c10::TypeKind::GeneratorType: return ArgRole::kGenerator;
+    default: break;
+  }
+  if (arg.name() == "pin_memory") return ArgRole::kIgnored;
+  return ArgRole::kPlain;
+}
+
+bool IsWritten(const c10::Argument& arg) { return arg.alias_info() && arg.alias_info()->isWrite(); }
+
+bool SameArgument(const c10::Argument& a, const c10::Argument& b) {
+  return a.name() == b.name() && a.type()->str() == b.type()->str();
+}
+
+}  // namespace
+
+std::vector<c10::OperatorHandle> FindVariants(const c10::OperatorHandle& functional) {
+  const c10::FunctionSchema& fs = functional.schema();
+  const std::string& name = fs.name();           // "aten::add"
+  const std::string& overload = fs.overload_name();  // "Tensor"
+  std::vector<c10::OperatorHandle> out;
+  auto& dispatcher = c10::Dispatcher::singleton();
+  // In-place: name_ with the same overload and the same arguments.
+  if (auto inplace = dispatcher.findSchema({name + "_", overload})) {
+    const auto& args = inplace->schema().arguments();
+    if (args.size() == fs.arguments().size() && !args.empty() && IsWritten(args[0])) {
+      out.push_back(*inplace);
+    }
+  }
+  // Out variants: same name, the functional arguments followed by written out= arguments.
+  static const auto* overloads = [] {
+    auto* index = new std::unordered_map<std::string, std::vector<c10::OperatorName>>();
+    for (const c10::OperatorName& n : c10::Dispatcher::singleton().getAllOpNames()) {
+      (*index)[n.name].push_back(n);
+    }
+    return index;
+  }();
+  auto same_name = overloads->find(name);
+  if (same_name == overloads->end()) return out;
+  for (const c10::OperatorName& candidate : same_name->second) {
+    if (candidate.overload_name == overload) continue;
+    auto handle = dispatcher.findSchema(candidate);
+    if (!handle) continue;
+    const auto& args = handle->schema().arguments();
+    size_t n = fs.arguments().size();
+    if (args.size() <= n) continue;
+    bool match = true;
+    for (size_t i = 0; i < n && match; ++i) match = SameArgument(args[i], fs.arguments()[i]);
+    for (size_t i = n; i < args.size() && match; ++i) match = IsWritten(args[i]) && args[i].kwarg_only();
+    if (match && args.size() - n == fs.returns().size()) out.push_back(*handle);
+  }
+  return out;
+}
+
+OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHandle& functional,
+                          int lowering) {
+  const lowering::OpLowering& entry = lowering::Table()[lowering];
+  c10::OperatorHandle meta = functional;
+  if (!entry.meta_op.empty()) {
+    size_t dot = entry.meta_op.find('.');
+    std::string name = "aten::" + entry.meta_op.substr(0, dot);
+    std::string overload = dot == std::string::npos ? "" : entry.meta_op.substr(dot + 1);
+    meta = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+  }
+  OpSignature sig(op, functional, meta);
+  const c10::FunctionSchema& s = op.schema();
+  const c10::FunctionSchema& fs = functional.schema();
+  sig.lowering = lowering;
+  sig.name = s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
+  sig.num_args = s.arguments().size();
+  sig.num_functional_args = fs.arguments().size();
+  sig.num_returns = fs.returns().size();
+  sig.extra_mutations = entry.extra_mutations;
+  for (size_t i = 0; i < sig.num_args; ++i) {
+    const c10::Argument& a = s.arguments()[i];
+    ArgRole role = RoleOf(a);
+    if (role == ArgRole::kScalarValue &&
+        std::find(entry.structural_scalars.begin(), entry.structural_scalars.end(),
+                  static_cast<int>(i)) != entry.structural_scalars.end()) {
+      role = ArgRole::kScalarConst;
+    }
+    sig.roles.push_back(role);
+    sig.defaults.push_back(a.default_value());
+  }
+  if (op == functional) {
+    sig.variant = Variant::kFunctional;
+  } else if (sig.num_args == sig.num_functional_args) {
+    sig.variant = Variant::kInplace;
+  } else {
+    sig.variant = Variant::kOut;
+    for (size_t i = sig.num_functional_args; i < sig.num_args; ++i) sig.out_args.push_back(static_cast<int>(i));
+  }
+  return sig;
+}
+
+}  // namespace torch_pjrt::aten

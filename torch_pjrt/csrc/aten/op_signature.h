@@ -1,0 +1,53 @@
+// What the generic kernel needs to know about one registered op, worked out once from its schema:
+// how each argument is traced, which arguments it writes, and which functional op (and lowering)
+// computes its result.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <string>
+#include <vector>
+
+namespace torch_pjrt::aten {
+
+enum class ArgRole : uint8_t {
+  kPlain,        // traced by IValue type: tensors, ints, floats, bools, strings, lists
+  kScalarValue,  // a Scalar that enters the graph as a 0-d value (never recompiles)
+  kScalarConst,  // a Scalar that is part of the graph's identity
+  kDtype,        // ScalarType
+  kIgnored,      // Layout, Device, MemoryFormat, pin_memory: irrelevant to the computation
+  kGenerator,
+};
+
+enum class Variant : uint8_t {
+  kFunctional,  // returns fresh tensors
+  kInplace,     // writes its first argument (self) and returns it
+  kOut,         // writes its trailing out= arguments and returns them
+};
+
+struct OpSignature {
+  int lowering = -1;                        // index into lowering::Table()
+  Variant variant = Variant::kFunctional;
+  c10::OperatorHandle op;                   // the op this kernel is registered for
+  c10::OperatorHandle functional;           // the functional form of `op`
+  c10::OperatorHandle meta;                 // whose Meta kernel gives the result shapes
+  std::string name;                         // "aten::add_.Tensor"
+  size_t num_args = 0;                      // of `op`
+  size_t num_functional_args = 0;           // arguments shared with the functional op
+  std::vector<ArgRole> roles;               // per argument of `op`
+  std::vector<std::optional<c10::IValue>> defaults;
+  std::vector<int> out_args;                // kOut: indices of the out= arguments
+  std::vector<int> extra_mutations;         // from the lowering entry
+  size_t num_returns = 0;                   // of `functional`
+
+  OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional, c10::OperatorHandle meta)
+      : op(std::move(op)), functional(std::move(functional)), meta(std::move(meta)) {}
+};
+
+// Finds the in-place and out= variants of functional op `functional` among registered ops.
+std::vector<c10::OperatorHandle> FindVariants(const c10::OperatorHandle& functional);
+// Builds the signature of `op`, a variant of `functional`, lowered by table entry `lowering`.
+OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHandle& functional,
+                          int lowering);
+
+}  // namespace torch_pjrt::aten

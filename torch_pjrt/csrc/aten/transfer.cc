@@ -1,0 +1,156 @@
+#include "aten/transfer.h"
+
+#include <ATen/ops/empty.h>
+
+#include "aten/lazy_tensor.h"
+#include "graph/metrics.h"
+#include "runtime/runtime.h"
+
+namespace torch_pjrt::aten {
+
+namespace {
+
+using graph::Counter;
+using graph::Metrics;
+
+// True when `t` is exactly its whole storage, laid out contiguously.
+bool CoversStorage(const at::Tensor& t) {
+  return t.storage_offset() == 0 && t.is_contiguous() &&
+         static_cast<size_t>(t.numel()) * t.dtype().itemsize() == t.storage().nbytes();
+}
+
+// A pjrt tensor with the value of `t` that covers its own storage (t itself when it already does).
+at::Tensor Standalone(const at::Tensor& t) {
+  if (CoversStorage(t)) return t;
+  at::Tensor copy = EmptyContiguous(t.sizes(), t.scalar_type(), t.device().index());
+  graph::GraphLock lock;
+  WriteValue(copy, ReadValue(t));
+  return copy;
+}
+
+// The buffer holding the whole storage of `t` after syncing its device; null if never written.
+std::shared_ptr<runtime::Buffer> MaterializedBuffer(const at::Tensor& t, graph::SyncCause cause) {
+  graph::GraphLock lock;
+  graph::LazyStorage* s = StorageOf(t);
+  if (s->has_pending()) graph::SyncDevice(s->device(), cause);
+  if (!s->error().empty()) {
+    TORCH_CHECK(false, "pjrt: this tensor's value could not be computed: ", s->error());
+  }
+  return s->buffer();
+}
+
+}  // namespace
+
+void CopyToHost(const at::Tensor& src, const at::Tensor& dst, graph::SyncCause cause) {
+  if (src.numel() == 0) return;
+  at::Tensor whole = Standalone(src);
+  std::shared_ptr<runtime::Buffer> buffer = MaterializedBuffer(whole, cause);
+  if (!buffer) {  // never written: zeros
+    dst.zero_();
+    return;
+  }
+  graph::ScopedTimer timer(graph::Timer::kTransferFromDevice);
+  bool direct = dst.is_contiguous() && dst.scalar_type() == src.scalar_type() &&
+                dst.sizes() == src.sizes();
+  at::Tensor host = direct ? dst : at::empty(src.sizes(), src.options().device(c10::kCPU));
+  try {
+    buffer->ToHost(host.data_ptr(), buffer->nbytes());
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  Metrics::Increment(Counter::kTransfersFromDevice);
+  Metrics::Increment(Counter::kTransferBytesFromDevice, static_cast<int64_t>(buffer->nbytes()));
+  if (!direct) dst.copy_(host);
+}
+
+void CopyFromHost(const at::Tensor& src, const at::Tensor& dst) {
+  if (dst.numel() == 0) return;
+  at::Tensor host = src;
+  if (host.scalar_type() != dst.scalar_type()) host = host.to(dst.scalar_type());
+  if (host.sizes() != dst.sizes()) host = host.expand(dst.sizes());
+  host = host.contiguous();
+  ElementType type = ToElementType(dst.scalar_type());
+  std::vector<int64_t> dims(dst.sizes().begin(), dst.sizes().end());
+  int device = dst.device().index();
+  std::shared_ptr<runtime::Buffer> buffer;
+  {
+    graph::ScopedTimer timer(graph::Timer::kTransferToDevice);
+    try {
+      buffer = runtime::Buffer::FromHost(runtime::GetClient(), device, type, dims, host.data_ptr());
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, e.what());
+    }
+  }
+  Metrics::Increment(Counter::kTransfersToDevice);
+  Metrics::Increment(Counter::kTransferBytesToDevice, static_cast<int64_t>(buffer->nbytes()));
+  graph::GraphLock lock;
+  if (CoversStorage(dst)) {
+    StorageOf(dst)->SetBuffer(std::move(buffer));
+  } else {
+    WriteValue(dst, graph::BufferValue(std::move(buffer)));
+  }
+}
+
+void CopyBetweenDevices(const at::Tensor& src, const at::Tensor& dst) {
+  if (!IsPjrt(src)) {
+    CopyFromHost(src, dst);
+    return;
+  }
+  if (!IsPjrt(dst)) {
+    TORCH_CHECK(dst.device().is_cpu(), "pjrt: cannot copy to a tensor on ", dst.device());
+    at::Tensor staging = src;
+    if (dst.sizes() != src.sizes()) staging = src.expand(dst.sizes());
+    CopyToHost(staging, dst, graph::SyncCause::kToCpu);
+    return;
+  }
+  int dst_device = dst.device().index();
+  graph::GraphLock lock;
+  graph::Value value;
+  if (src.device().index() == dst_device) {
+    value = ReadValue(src);
+  } else {
+    at::Tensor whole = Standalone(src);
+    std::shared_ptr<runtime::Buffer> buffer = MaterializedBuffer(whole, graph::SyncCause::kDeviceCopy);
+    if (!buffer) {
+      value = ReadValue(EmptyContiguous(src.sizes(), src.scalar_type(), dst_device));
+    } else {
+      try {
+        value = graph::BufferValue(buffer->CopyToDevice(dst_device));
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, e.what());
+      }
+      Metrics::Increment(Counter::kDeviceToDeviceCopies);
+      // The copy holds the whole (contiguous) storage of `whole`: view it with the source's shape.
+      value = graph::ViewOfValue(std::move(value), ViewOf(whole));
+    }
+  }
+  WriteValue(dst, Coerce(std::move(value), ToElementType(dst.scalar_type()), dst.sizes(), dst_device));
+}
+
+void ResizeStorage(const c10::Storage& storage, size_t nbytes) {
+  graph::LazyStorage* old = StorageOf(storage);
+  c10::DataPtr fresh = AllocateLazyStorage(nbytes, old->device());
+  auto* grown = static_cast<graph::LazyStorage*>(fresh.get_context());
+  {
+    graph::GraphLock lock;
+    if (old->has_pending() || old->has_buffer()) {
+      graph::Value v = graph::StorageValue(old, ElementType::kU8);
+      ElementType t = v.type().dtype;
+      if (nbytes % ItemSize(t) != 0 || old->nbytes() % ItemSize(t) != 0) {
+        graph::TensorView bytes{ElementType::kU8, {static_cast<int64_t>(old->nbytes())}, {1}, 0};
+        v = graph::ReadTensor(old, bytes);
+        t = ElementType::kU8;
+      }
+      static const int resize = graph::InternalOp("pjrt::resize_storage");
+      int64_t n = static_cast<int64_t>(nbytes / ItemSize(t));
+      grown->SetPending(graph::MakeOp(resize, old->device(), {v},
+                                      {graph::Arg::Tensor(0), graph::Arg::Int(n)}, {},
+                                      {graph::TensorType{t, {n}}})[0]);
+    }
+  }
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(std::move(fresh));
+  impl->set_nbytes(nbytes);
+}
+
+}  // namespace torch_pjrt::aten

@@ -1,0 +1,21 @@
+// Moving data between the host and pjrt devices, and between pjrt devices: the only places where
+// tensor data leaves the lazy graph.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "graph/executor.h"
+
+namespace torch_pjrt::aten {
+
+// _copy_from: copies `src` into `dst` where at least one of them is a pjrt tensor, converting
+// dtype and broadcasting like Tensor.copy_.
+void CopyBetweenDevices(const at::Tensor& src, const at::Tensor& dst);
+// Reads pjrt tensor `src` into CPU tensor `dst` (same sizes), syncing its device first.
+void CopyToHost(const at::Tensor& src, const at::Tensor& dst, graph::SyncCause cause);
+// Writes CPU tensor `src` into pjrt tensor `dst`.
+void CopyFromHost(const at::Tensor& src, const at::Tensor& dst);
+// Gives the storage `nbytes` bytes: the old contents stay at the front (truncated when smaller).
+void ResizeStorage(const c10::Storage& storage, size_t nbytes);
+
+}  // namespace torch_pjrt::aten

@@ -1,0 +1,65 @@
+// Compiled graphs, keyed by graph hash: an in-memory LRU in front of an on-disk cache of
+// serialized executables. Disk entries are keyed by graph hash + plugin identity + package version;
+// a truncated or corrupt entry is recompiled with a warning, never trusted.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "lowering/emitter.h"
+#include "runtime/executable.h"
+
+namespace torch_pjrt::graph {
+
+struct CompiledGraph {
+  std::shared_ptr<runtime::Executable> executable;
+  // Argument types the program expects, checked before every execution (PJRT does not).
+  std::vector<lowering::TensorType> arg_types;
+  // Op sequence of the graph, kept only while compile logging is on (to explain later misses).
+  std::string summary;
+};
+
+class CompileCache {
+ public:
+  static CompileCache& Get();
+
+  std::shared_ptr<CompiledGraph> Find(uint64_t key);
+  void Insert(uint64_t key, std::shared_ptr<CompiledGraph> entry);
+  void Clear();
+  size_t size() const { return map_.size(); }
+  size_t capacity() const { return capacity_; }
+  void set_capacity(size_t n);
+  // The cached graph whose summary shares the longest prefix with `summary` (for logging).
+  std::shared_ptr<CompiledGraph> Nearest(const std::string& summary, uint64_t* key) const;
+
+  // Disk cache. An empty directory disables it.
+  const std::string& directory() const { return directory_; }
+  void set_directory(std::string dir) { directory_ = std::move(dir); }
+  // `fingerprint` identifies plugin + platform version + package version.
+  std::shared_ptr<runtime::Executable> LoadFromDisk(uint64_t key, const std::string& fingerprint,
+                                                   const std::shared_ptr<runtime::Client>& client);
+  void StoreToDisk(uint64_t key, const std::string& fingerprint, const runtime::Executable& exe);
+
+ private:
+  CompileCache();
+  std::string PathFor(uint64_t key, const std::string& fingerprint) const;
+  size_t capacity_;
+  std::string directory_;
+  std::list<uint64_t> lru_;  // most recent first
+  struct Slot {
+    std::shared_ptr<CompiledGraph> entry;
+    std::list<uint64_t>::iterator position;
+  };
+  std::unordered_map<uint64_t, Slot> map_;
+};
+
+// Where warnings from below the ATen layer go (set by the Python layer; stderr by default).
+void SetWarningHandler(std::function<void(const std::string&)> handler);
+void Warn(const std::string& message);
+
+}  // namespace torch_pjrt::graph

@@ -1,0 +1,394 @@
+#include "graph/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "graph/compile_cache.h"
+#include "graph/metrics.h"
+#include "lowering/lowering.h"
+#include "runtime/runtime.h"
+
+#ifndef TORCH_PJRT_VERSION
+#define TORCH_PJRT_VERSION "dev"
+#endif
+
+namespace torch_pjrt::graph {
+
+namespace {
+
+using lowering::Emitter;
+using lowering::Val;
+
+std::function<std::string()>& SourceLocationProvider() {
+  static auto* p = new std::function<std::string()>();
+  return *p;
+}
+
+std::string Hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string OpName(const Node* n) {
+  switch (n->kind) {
+    case NodeKind::kParam: return "param";
+    case NodeKind::kSlot: return "scalar";
+    default: return lowering::Table()[n->op].schema;
+  }
+}
+
+struct LoweredGraph {
+  std::string text;
+  std::vector<TensorType> arg_types;
+  std::string summary;
+};
+
+// Emits the StableHLO module computing `outputs` from the trace's parameters and value scalars.
+LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outputs,
+                        const std::vector<std::pair<int, int>>& donations, bool want_summary) {
+  LoweredGraph g;
+  Emitter e;
+  std::vector<Val> params;
+  for (const NodeRef& p : trace.params) {
+    params.push_back(e.Parameter(p->out0));
+    g.arg_types.push_back(p->out0);
+  }
+  std::array<Val, kNumElementTypes> slot_groups;
+  for (size_t k = 0; k < kNumElementTypes; ++k) {
+    if (trace.slot_count[k] == 0) continue;
+    TensorType t{static_cast<ElementType>(k), {trace.slot_count[k]}};
+    slot_groups[k] = e.Parameter(t);
+    g.arg_types.push_back(t);
+  }
+  std::unordered_map<const Node*, std::vector<Val>> memo;
+  std::unordered_map<uint64_t, const Node*> by_hash;  // common subexpressions share one lowering
+  std::vector<std::pair<const Node*, bool>> stack;
+  for (const Value& v : outputs) stack.push_back({v.node.get(), false});
+  while (!stack.empty()) {
+    auto [n, inputs_done] = stack.back();
+    stack.pop_back();
+    if (memo.count(n)) continue;
+    if (!inputs_done) {
+      auto same = by_hash.find(n->hash);
+      if (same != by_hash.end() && same->second->kind == n->kind && same->second->op == n->op &&
+          memo.count(same->second)) {
+        memo[n] = memo[same->second];
+        continue;
+      }
+      stack.push_back({n, true});
+      for (auto it = n->inputs.end(); it != n->inputs.begin();) {
+        --it;
+        if (!memo.count(it->node)) stack.push_back({it->node, false});
+      }
+      continue;
+    }
+    std::vector<Val> vals;
+    if (n->kind == NodeKind::kParam) {
+      vals.push_back(params.at(n->index));
+    } else if (n->kind == NodeKind::kSlot) {
+      const Val& group = slot_groups[static_cast<size_t>(n->out0.dtype)];
+      vals.push_back(e.Reshape(e.SliceDim(group, 0, n->index, n->index + 1), {}));
+    } else {
+      const lowering::OpLowering& entry = lowering::Table()[n->op];
+      std::vector<Val> inputs;
+      inputs.reserve(n->inputs.size());
+      for (const Input& in : n->inputs) inputs.push_back(memo.at(in.node).at(in.index));
+      std::vector<TensorType> outs;
+      for (size_t i = 0; i < n->num_outputs(); ++i) outs.push_back(n->output(i));
+      lowering::LowerCtx ctx(e, n->args.data(), n->args.size(), n->pool.data(), inputs.data(),
+                             outs.data(), outs.size());
+      try {
+        vals = entry.fn(ctx);
+      } catch (const std::exception& ex) {
+        std::string types;
+        for (const Val& v : inputs) types += (types.empty() ? "" : ", ") + lowering::TypeString(v.type);
+        throw std::runtime_error("pjrt: lowering " + entry.schema + "(" + types + ") failed: " + ex.what());
+      }
+      if (vals.size() != outs.size()) {
+        throw std::logic_error("pjrt: the lowering of " + entry.schema + " returned " +
+                               std::to_string(vals.size()) + " values for " +
+                               std::to_string(outs.size()) + " outputs");
+      }
+      for (size_t i = 0; i < vals.size(); ++i) {
+        if (vals[i].dims() != outs[i].dims) {
+          throw std::logic_error("pjrt: the lowering of " + entry.schema + " produced " +
+                                 lowering::TypeString(vals[i].type) + " where its meta kernel says " +
+                                 lowering::TypeString(outs[i]));
+        }
+        vals[i] = e.Convert(vals[i], outs[i].dtype);
+      }
+      if (want_summary) {
+        g.summary += entry.schema;
+        for (const TensorType& t : outs) g.summary += " " + lowering::TypeString(t);
+        g.summary += "\n";
+      }
+    }
+    by_hash.emplace(n->hash, n);
+    memo[n] = std::move(vals);
+  }
+  std::vector<Val> results;
+  for (const Value& v : outputs) results.push_back(memo.at(v.node.get()).at(v.index));
+  for (const auto& [param, output] : donations) {
+    e.SetParameterAttr(param, "tf.aliasing_output = " + std::to_string(output) + " : i32");
+  }
+  g.text = e.Finish(results);
+  return g;
+}
+
+void WriteDump(uint64_t key, const std::string& text) {
+  const std::string& dir = Debug().dump_dir;
+  if (dir.empty()) return;
+  std::string path = dir + "/graph_" + Hex(key) + ".mlir";
+  std::ofstream f(path);
+  if (!f) {
+    Warn("cannot write StableHLO dump " + path);
+    return;
+  }
+  f << text;
+}
+
+void ExplainCompile(uint64_t key, int device, SyncCause cause, const LoweredGraph& g,
+                    size_t num_outputs, double compile_ms, bool from_disk) {
+  CompileCache& cache = CompileCache::Get();
+  std::string reason;
+  uint64_t near_key = 0;
+  auto nearest = cache.Nearest(g.summary, &near_key);
+  if (!nearest) {
+    reason = "first graph compiled in this process";
+  } else {
+    // First line where this graph departs from the most similar cached one.
+    size_t line = 0, pos = 0;
+    while (pos < g.summary.size() && pos < nearest->summary.size() &&
+           g.summary[pos] == nearest->summary[pos]) {
+      if (g.summary[pos] == '\n') ++line;
+      ++pos;
+    }
+    auto line_at = [](const std::string& s, size_t p) {
+      size_t start = s.rfind('\n', p == 0 ? 0 : p - 1);
+      start = start == std::string::npos ? 0 : start + 1;
+      size_t end = s.find('\n', start);
+      return s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    };
+    std::string mine = pos < g.summary.size() ? line_at(g.summary, pos) : "(end of graph)";
+    std::string theirs = pos < nearest->summary.size() ? line_at(nearest->summary, pos) : "(end of graph)";
+    reason = "differs from cached graph " + Hex(near_key) + " at op #" + std::to_string(line) +
+             ": `" + mine + "` where it had `" + theirs + "`";
+    if (mine == theirs) reason = "same ops as cached graph " + Hex(near_key) + " but different inputs or outputs";
+  }
+  std::string where = SourceLocationProvider() ? SourceLocationProvider()() : "";
+  std::cerr << "[torch_pjrt] " << (from_disk ? "loaded" : "compiled") << " graph " << Hex(key)
+            << " for pjrt:" << device << " (" << std::count(g.summary.begin(), g.summary.end(), '\n')
+            << " ops, " << g.arg_types.size() << " inputs, " << num_outputs << " outputs) in "
+            << compile_ms << " ms; sync cause: " << SyncCauseName(cause)
+            << (where.empty() ? "" : "; forced at " + where) << "\n  reason: " << reason
+            << std::endl;
+}
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ResetTrace(DeviceTrace& trace) {
+  for (LazyStorage* s : trace.dirty) {
+    if (s) s->dirty_epoch = 0;
+  }
+  trace.dirty.clear();
+  trace.params.clear();
+  for (auto& b : trace.slot_bytes) b.clear();
+  trace.slot_count.fill(0);
+  trace.op_nodes = 0;
+  ++trace.epoch;
+}
+
+}  // namespace
+
+const char* SyncCauseName(SyncCause c) {
+  switch (c) {
+    case SyncCause::kToCpu: return "to_cpu";
+    case SyncCause::kItem: return "item";
+    case SyncCause::kSynchronize: return "synchronize";
+    case SyncCause::kAccelerator: return "accelerator_synchronize";
+    case SyncCause::kFallback: return "cpu_fallback";
+    case SyncCause::kGraphTooLarge: return "graph_too_large";
+    case SyncCause::kDeviceCopy: return "device_copy";
+    case SyncCause::kEvent: return "event";
+    default: return "other";
+  }
+}
+
+DebugOptions& Debug() {
+  static DebugOptions* d = [] {
+    auto* o = new DebugOptions();
+    const char* log = std::getenv("TORCH_PJRT_LOG_COMPILES");
+    o->log_compiles = log && std::string(log) != "0" && std::string(log) != "";
+    if (const char* dump = std::getenv("TORCH_PJRT_DUMP_DIR")) o->dump_dir = dump;
+    return o;
+  }();
+  return *d;
+}
+
+void SetSourceLocationProvider(std::function<std::string()> provider) {
+  SourceLocationProvider() = std::move(provider);
+}
+
+std::string PluginFingerprint() {
+  auto client = runtime::GetClient();
+  std::string fp = "torch_pjrt=" TORCH_PJRT_VERSION ";plugin=" + client->plugin().name() +
+                   ";platform=" + client->platform_name() + " " + client->platform_version() +
+                   ";api=" + std::to_string(client->plugin().api_major()) + "." +
+                   std::to_string(client->plugin().api_minor()) + ";kind=" + client->device_kind();
+  for (const auto& [k, v] : client->plugin().attributes()) fp += ";" + k + "=" + v;
+  return fp;
+}
+
+void SyncDevice(int device, SyncCause cause) {
+  GraphLock lock;
+  if (device >= NumTracedDevices()) return;
+  DeviceTrace& trace = Trace(device);
+  std::vector<LazyStorage*> targets;
+  std::vector<Value> outputs;
+  for (LazyStorage* s : trace.dirty) {
+    if (s != nullptr && s->has_pending()) {
+      targets.push_back(s);
+      outputs.push_back(s->pending());
+    }
+  }
+  if (outputs.empty()) {
+    ResetTrace(trace);
+    return;
+  }
+  ScopedTimer sync_timer(Timer::kSync);
+  Metrics::IncrementNamed(std::string("Sync::") + SyncCauseName(cause));
+  try {
+    // Donation: a parameter whose buffer nothing but this graph holds any more (its storage was
+    // overwritten or freed) can be reused for an output of the same type.
+    std::vector<std::pair<int, int>> donations;
+    std::vector<bool> used(trace.params.size(), false);
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      const TensorType& t = outputs[o].type();
+      for (size_t p = 0; p < trace.params.size(); ++p) {
+        const Node* param = trace.params[p].get();
+        if (used[p] || param->buffer.use_count() != 1 || !(param->out0 == t)) continue;
+        used[p] = true;
+        donations.push_back({static_cast<int>(p), static_cast<int>(o)});
+        break;
+      }
+    }
+    uint64_t key = 0x67726170ull;
+    for (const Value& v : outputs) key = HashMix(HashMix(key, v.node->hash), v.index);
+    key = HashMix(key, 0x706172ull);
+    for (const NodeRef& p : trace.params) key = HashType(key, p->out0);
+    for (size_t k = 0; k < kNumElementTypes; ++k) key = HashMix(key, static_cast<uint64_t>(trace.slot_count[k]));
+    for (const auto& [p, o] : donations) key = HashMix(HashMix(key, static_cast<uint64_t>(p)), static_cast<uint64_t>(o));
+
+    CompileCache& cache = CompileCache::Get();
+    std::shared_ptr<CompiledGraph> compiled = cache.Find(key);
+    if (compiled) {
+      Metrics::Increment(Counter::kCacheHitsMemory);
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      LoweredGraph g;
+      {
+        ScopedTimer timer(Timer::kLowering);
+        g = LowerTrace(trace, outputs, donations, Debug().log_compiles);
+        Metrics::Increment(Counter::kGraphsLowered);
+      }
+      WriteDump(key, g.text);
+      auto client = runtime::GetClient();
+      std::string fingerprint = PluginFingerprint();
+      compiled = std::make_shared<CompiledGraph>();
+      compiled->arg_types = g.arg_types;
+      compiled->summary = g.summary;
+      compiled->executable = cache.LoadFromDisk(key, fingerprint, client);
+      bool from_disk = static_cast<bool>(compiled->executable);
+      if (from_disk) {
+        Metrics::Increment(Counter::kCacheHitsDisk);
+      } else {
+        ScopedTimer timer(Timer::kCompile);
+        compiled->executable = runtime::Executable::Compile(client, g.text);
+        Metrics::Increment(Counter::kGraphsCompiled);
+        cache.StoreToDisk(key, fingerprint, *compiled->executable);
+      }
+      if (Debug().log_compiles) ExplainCompile(key, device, cause, g, outputs.size(), MsSince(t0), from_disk);
+      if (compiled->executable->num_outputs() != outputs.size()) {
+        throw std::logic_error("pjrt: compiled graph has " +
+                               std::to_string(compiled->executable->num_outputs()) +
+                               " outputs, expected " + std::to_string(outputs.size()));
+      }
+      cache.Insert(key, compiled);
+    }
+
+    // Arguments, checked against what the program was compiled for.
+    auto client = runtime::GetClient();
+    std::vector<std::shared_ptr<runtime::Buffer>> slot_buffers;
+    std::vector<PJRT_Buffer*> args;
+    args.reserve(compiled->arg_types.size());
+    for (const NodeRef& p : trace.params) args.push_back(p->buffer->raw());
+    for (size_t k = 0; k < kNumElementTypes; ++k) {
+      if (trace.slot_count[k] == 0) continue;
+      std::vector<int64_t> dims{trace.slot_count[k]};
+      slot_buffers.push_back(runtime::Buffer::FromHost(client, device, static_cast<ElementType>(k), dims,
+                                                       trace.slot_bytes[k].data()));
+      args.push_back(slot_buffers.back()->raw());
+    }
+    if (args.size() != compiled->arg_types.size()) {
+      throw std::logic_error("pjrt: graph takes " + std::to_string(compiled->arg_types.size()) +
+                             " arguments, trace supplies " + std::to_string(args.size()));
+    }
+    for (size_t i = 0; i < trace.params.size(); ++i) {
+      const runtime::Buffer& b = *trace.params[i]->buffer;
+      const TensorType& want = compiled->arg_types[i];
+      if (b.donated() || b.type() != want.dtype ||
+          !std::equal(b.dims().begin(), b.dims().end(), want.dims.begin(), want.dims.end())) {
+        throw std::logic_error("pjrt: argument " + std::to_string(i) + " is " +
+                               TypeName(b.type()) + " but the program expects " +
+                               lowering::TypeString(want) + (b.donated() ? " (buffer was donated)" : ""));
+      }
+      if (b.device() != device) {
+        throw std::runtime_error("pjrt: graph for pjrt:" + std::to_string(device) +
+                                 " reads a buffer on pjrt:" + std::to_string(b.device()));
+      }
+    }
+    std::vector<std::shared_ptr<runtime::Buffer>> results;
+    {
+      ScopedTimer timer(Timer::kExecute);
+      results = compiled->executable->Execute(args, device);
+    }
+    Metrics::Increment(Counter::kExecutions);
+    for (const auto& [p, o] : donations) {
+      trace.params[p]->buffer->MarkDonated();
+      Metrics::Increment(Counter::kDonatedBuffers);
+    }
+    for (size_t i = 0; i < targets.size(); ++i) targets[i]->SetBuffer(std::move(results[i]));
+  } catch (const std::exception& e) {
+    // Storages that were to be computed by this graph now report the error when read.
+    for (LazyStorage* s : targets) s->SetError(e.what());
+    ResetTrace(trace);
+    throw;
+  }
+  ResetTrace(trace);
+}
+
+void SyncAllDevices(SyncCause cause) {
+  GraphLock lock;
+  for (int d = 0; d < NumTracedDevices(); ++d) SyncDevice(d, cause);
+}
+
+void WaitDevice(int device) {
+  auto client = runtime::PeekClient();
+  if (client) runtime::WaitForExecutions(*client, device);
+}
+
+bool DeviceIdle(int device) {
+  auto client = runtime::PeekClient();
+  return !client || runtime::ExecutionsDone(*client, device);
+}
+
+}  // namespace torch_pjrt::graph

@@ -1,0 +1,47 @@
+// Sync: turn a device's pending trace into one executable (cached), run it asynchronously, and
+// give every written storage its new buffer (design decisions 3-6).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "graph/trace.h"
+
+namespace torch_pjrt::graph {
+
+enum class SyncCause : int {
+  kToCpu,           // a read back to the host: .cpu(), .numpy(), print
+  kItem,            // .item() / _local_scalar_dense
+  kSynchronize,     // torch.pjrt.synchronize()
+  kAccelerator,     // torch.accelerator.synchronize() / device guard synchronizeDevice
+  kFallback,        // an op without a lowering ran on the CPU
+  kGraphTooLarge,   // the trace passed the pending-node bound
+  kDeviceCopy,      // a copy to another pjrt device
+  kEvent,           // a stream event was recorded
+  kOther,
+  kNumCauses
+};
+const char* SyncCauseName(SyncCause c);
+
+// Materializes every storage written on `device` since its last sync, in one execution.
+// Does not wait for the execution to finish.
+void SyncDevice(int device, SyncCause cause);
+void SyncAllDevices(SyncCause cause);
+// Blocks until every execution started on `device` (-1: all) has finished.
+void WaitDevice(int device);
+bool DeviceIdle(int device);
+
+// Debugging aids (also settable from the environment, see docs/design.md).
+struct DebugOptions {
+  bool log_compiles = false;  // TORCH_PJRT_LOG_COMPILES=1: explain every compile on stderr
+  std::string dump_dir;       // TORCH_PJRT_DUMP_DIR=<dir>: write each compiled graph's StableHLO
+};
+DebugOptions& Debug();
+// Returns "file:line in function" of the user code that forced the current sync (set by Python).
+void SetSourceLocationProvider(std::function<std::string()> provider);
+
+// A string identifying the plugin, its platform version and this package's version: part of
+// every disk-cache key.
+std::string PluginFingerprint();
+
+}  // namespace torch_pjrt::graph

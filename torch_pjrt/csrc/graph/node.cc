@@ -1,0 +1,92 @@
+#include "graph/node.h"
+
+#include <atomic>
+
+namespace torch_pjrt::graph {
+
+namespace {
+std::atomic<int64_t> g_live_nodes{0};
+}
+
+void Retain(Node* n) { ++n->refs; }
+
+void Release(Node* n) {
+  if (--n->refs != 0) return;
+  // Iterative teardown: inputs whose count drops to zero join the worklist.
+  std::vector<Node*> doomed{n};
+  while (!doomed.empty()) {
+    Node* d = doomed.back();
+    doomed.pop_back();
+    for (const Input& in : d->inputs) {
+      if (--in.node->refs == 0) doomed.push_back(in.node);
+    }
+    delete d;
+    --g_live_nodes;
+  }
+}
+
+uint64_t HashType(uint64_t h, const TensorType& t) {
+  h = HashMix(h, static_cast<uint64_t>(t.dtype));
+  h = HashMix(h, t.dims.size());
+  for (int64_t d : t.dims) h = HashMix(h, static_cast<uint64_t>(d));
+  return h;
+}
+
+NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList args, ArgPool pool,
+                   std::vector<TensorType> outputs) {
+  Node* n = new Node();
+  ++g_live_nodes;
+  n->kind = NodeKind::kOp;
+  n->op = static_cast<int16_t>(op);
+  n->device = device;
+  uint64_t h = HashMix(0x6f70ull, static_cast<uint64_t>(op));
+  for (const Value& v : inputs) {
+    Retain(v.node.get());
+    n->inputs.push_back(Input{v.node.get(), v.index});
+    h = HashMix(HashMix(h, v.node->hash), v.index);
+  }
+  for (const Arg& a : args) {
+    h = HashMix(h, static_cast<uint64_t>(a.kind) | (static_cast<uint64_t>(a.start) << 8) |
+                       (static_cast<uint64_t>(a.len) << 24));
+    h = HashMix(h, static_cast<uint64_t>(a.payload));
+  }
+  for (int64_t p : pool) h = HashMix(h, static_cast<uint64_t>(p));
+  // Output types follow from op, args and input types, except for ops without inputs.
+  if (inputs.empty()) {
+    for (const TensorType& t : outputs) h = HashType(h, t);
+  }
+  n->hash = h;
+  n->args = std::move(args);
+  n->pool = std::move(pool);
+  n->out0 = std::move(outputs[0]);
+  for (size_t i = 1; i < outputs.size(); ++i) n->more_outputs.push_back(std::move(outputs[i]));
+  return NodeRef(n);
+}
+
+NodeRef MakeParamNode(int device, std::shared_ptr<runtime::Buffer> buffer, int index) {
+  Node* n = new Node();
+  ++g_live_nodes;
+  n->kind = NodeKind::kParam;
+  n->device = device;
+  n->index = index;
+  n->out0.dtype = buffer->type();
+  n->out0.dims.assign(buffer->dims().begin(), buffer->dims().end());
+  n->hash = HashType(HashMix(0x7061ull, static_cast<uint64_t>(index)), n->out0);
+  n->buffer = std::move(buffer);
+  return NodeRef(n);
+}
+
+NodeRef MakeSlotNode(int device, ElementType dtype, int index) {
+  Node* n = new Node();
+  ++g_live_nodes;
+  n->kind = NodeKind::kSlot;
+  n->device = device;
+  n->index = index;
+  n->out0.dtype = dtype;
+  n->hash = HashMix(HashMix(0x736cull, static_cast<uint64_t>(dtype)), static_cast<uint64_t>(index));
+  return NodeRef(n);
+}
+
+int64_t LiveNodeCount() { return g_live_nodes.load(); }
+
+}  // namespace torch_pjrt::graph

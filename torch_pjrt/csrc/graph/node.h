@@ -1,0 +1,126 @@
+// IR nodes of the lazy graph. A node is an op application (an index into the lowering table plus
+// its arguments), a parameter (a device buffer read by the graph) or a scalar slot (a value scalar
+// passed at run time). Each node's hash is computed when it is made and covers everything that
+// shapes the compiled program, never tensor data, so a cache hit needs no lowering at all.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/small_vec.h"
+#include "lowering/emitter.h"
+#include "lowering/op_args.h"
+#include "runtime/buffer.h"
+
+namespace torch_pjrt::graph {
+
+using lowering::Arg;
+using lowering::ArgKind;
+using lowering::ArgList;
+using lowering::ArgPool;
+using lowering::TensorType;
+
+enum class NodeKind : uint8_t { kOp, kParam, kSlot };
+
+struct Node;
+
+// Manual reference counting: every access happens under the graph lock, and destruction must be
+// iterative (a long chain of nodes would overflow the stack if destroyed recursively).
+void Retain(Node* n);
+void Release(Node* n);
+
+class NodeRef {
+ public:
+  NodeRef() = default;
+  explicit NodeRef(Node* n) : n_(n) {
+    if (n_) Retain(n_);
+  }
+  NodeRef(const NodeRef& o) : n_(o.n_) {
+    if (n_) Retain(n_);
+  }
+  NodeRef(NodeRef&& o) noexcept : n_(o.n_) { o.n_ = nullptr; }
+  NodeRef& operator=(const NodeRef& o) {
+    if (o.n_) Retain(o.n_);
+    if (n_) Release(n_);
+    n_ = o.n_;
+    return *this;
+  }
+  NodeRef& operator=(NodeRef&& o) noexcept {
+    if (this != &o) {
+      if (n_) Release(n_);
+      n_ = o.n_;
+      o.n_ = nullptr;
+    }
+    return *this;
+  }
+  ~NodeRef() {
+    if (n_) Release(n_);
+  }
+  Node* get() const { return n_; }
+  Node* operator->() const { return n_; }
+  explicit operator bool() const { return n_ != nullptr; }
+  void reset() {
+    if (n_) Release(n_);
+    n_ = nullptr;
+  }
+
+ private:
+  Node* n_ = nullptr;
+};
+
+// One output of a node.
+struct Value {
+  NodeRef node;
+  uint32_t index = 0;
+  bool valid() const { return static_cast<bool>(node); }
+  const TensorType& type() const;
+};
+
+struct Input {
+  Node* node;  // retained by the owning node
+  uint32_t index;
+};
+
+struct Node {
+  uint32_t refs = 0;
+  NodeKind kind = NodeKind::kOp;
+  int16_t op = -1;  // lowering table index, for kOp
+  int32_t device = 0;
+  uint64_t hash = 0;
+  SmallVec<Input, 4> inputs;
+  ArgList args;
+  ArgPool pool;
+  TensorType out0;
+  std::vector<TensorType> more_outputs;  // outputs 1.. of multi-output ops
+  // kParam: the buffer read and its position among the trace's parameters.
+  std::shared_ptr<runtime::Buffer> buffer;
+  // kParam: index into the trace's parameter list; kSlot: index within its dtype's slot group.
+  int32_t index = -1;
+
+  size_t num_outputs() const { return 1 + more_outputs.size(); }
+  const TensorType& output(size_t i) const { return i == 0 ? out0 : more_outputs[i - 1]; }
+};
+
+inline const TensorType& Value::type() const { return node->output(index); }
+
+// Hash building blocks.
+inline uint64_t HashMix(uint64_t h, uint64_t v) {
+  // 64-bit mix (a variant of boost::hash_combine with a strong finalizer).
+  v *= 0x9E3779B97F4A7C15ull;
+  v ^= v >> 32;
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  return h;
+}
+uint64_t HashType(uint64_t h, const TensorType& t);
+
+// Creates an op node. `inputs` are retained; the hash covers op, args and inputs.
+NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList args, ArgPool pool,
+                   std::vector<TensorType> outputs);
+NodeRef MakeParamNode(int device, std::shared_ptr<runtime::Buffer> buffer, int index);
+NodeRef MakeSlotNode(int device, ElementType dtype, int index);
+
+// Number of nodes currently alive (for memory-bound tests and metrics).
+int64_t LiveNodeCount();
+
+}  // namespace torch_pjrt::graph

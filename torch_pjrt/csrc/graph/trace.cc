@@ -1,0 +1,220 @@
+#include "graph/trace.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+
+#include "graph/metrics.h"
+#include "lowering/lowering.h"
+
+namespace torch_pjrt::graph {
+
+namespace {
+
+std::vector<std::unique_ptr<DeviceTrace>>& Traces() {
+  static auto* traces = new std::vector<std::unique_ptr<DeviceTrace>>();
+  return *traces;
+}
+
+int64_t g_max_pending_nodes = [] {
+  const char* env = std::getenv("TORCH_PJRT_MAX_PENDING_NODES");
+  return env ? std::max<int64_t>(1, std::atoll(env)) : int64_t{20000};
+}();
+
+// Dims sorted by decreasing stride, when the view is dense and non-overlapping (a permutation of
+// a contiguous layout). Empty when it is not.
+bool DensePermutation(const Dims& sizes, const Dims& strides, Dims* perm) {
+  std::vector<int64_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  int64_t expected = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (sizes[*it] == 1) continue;
+    if (strides[*it] != expected) return false;
+    expected *= sizes[*it];
+  }
+  perm->assign(order.begin(), order.end());
+  return true;
+}
+
+ArgPool ViewPool(const TensorView& view, Arg* sizes, Arg* strides) {
+  ArgPool pool;
+  *sizes = Arg{ArgKind::kIntList, 0, static_cast<uint16_t>(view.sizes.size()), 0};
+  for (int64_t d : view.sizes) pool.push_back(d);
+  *strides = Arg{ArgKind::kIntList, static_cast<uint16_t>(pool.size()),
+                 static_cast<uint16_t>(view.strides.size()), 0};
+  for (int64_t d : view.strides) pool.push_back(d);
+  return pool;
+}
+
+}  // namespace
+
+std::recursive_mutex& GraphMutex() {
+  static auto* m = new std::recursive_mutex();
+  return *m;
+}
+
+DeviceTrace& Trace(int device) {
+  auto& traces = Traces();
+  if (device < 0) throw std::out_of_range("pjrt: negative device index");
+  while (static_cast<int>(traces.size()) <= device) traces.push_back(std::make_unique<DeviceTrace>());
+  return *traces[device];
+}
+
+int NumTracedDevices() { return static_cast<int>(Traces().size()); }
+
+bool IsContiguous(const Dims& sizes, const Dims& strides) {
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+int InternalOp(const char* name) {
+  int op = lowering::FindLowering(name);
+  if (op < 0) throw std::logic_error(std::string("internal op missing from the lowering table: ") + name);
+  return op;
+}
+
+Value StorageValue(LazyStorage* s, ElementType dtype) {
+  if (!s->error().empty()) {
+    throw std::runtime_error("pjrt: this tensor's value could not be computed earlier: " + s->error());
+  }
+  if (s->has_pending()) return s->pending();
+  DeviceTrace& trace = Trace(s->device());
+  if (s->has_buffer()) {
+    if (s->param_epoch == trace.epoch && s->param_node != nullptr &&
+        s->param_node->buffer == s->buffer()) {
+      return Value{NodeRef(s->param_node), 0};
+    }
+    NodeRef param = MakeParamNode(s->device(), s->buffer(), static_cast<int>(trace.params.size()));
+    trace.params.push_back(param);
+    s->param_node = param.get();
+    s->param_epoch = trace.epoch;
+    return Value{std::move(param), 0};
+  }
+  // Never written: zeros, as many elements of `dtype` as fit.
+  size_t item = ItemSize(dtype);
+  TensorType t;
+  if (item != 0 && s->nbytes() % item == 0) {
+    t.dtype = dtype;
+    t.dims = {static_cast<int64_t>(s->nbytes() / item)};
+  } else {
+    t.dtype = ElementType::kU8;
+    t.dims = {static_cast<int64_t>(s->nbytes())};
+  }
+  static const int zeros = InternalOp("pjrt::zeros");
+  return MakeOp(zeros, s->device(), {}, {}, {}, {t})[0];
+}
+
+Value ViewOfValue(Value src, const TensorView& view) {
+  const TensorType& t = src.type();
+  if (t.dtype == view.dtype && t.dims == view.sizes && view.offset == 0 &&
+      IsContiguous(view.sizes, view.strides)) {
+    return src;
+  }
+  static const int view_read = InternalOp("pjrt::view_read");
+  ArgList args;
+  Arg sizes, strides;
+  ArgPool pool = ViewPool(view, &sizes, &strides);
+  args.push_back(Arg::Tensor(0));
+  args.push_back(sizes);
+  args.push_back(strides);
+  args.push_back(Arg::Int(view.offset));
+  args.push_back(Arg::Type(view.dtype));
+  int device = src.node->device;
+  return MakeOp(view_read, device, {src}, std::move(args), std::move(pool),
+                {TensorType{view.dtype, view.sizes}})[0];
+}
+
+Value ReadTensor(LazyStorage* s, const TensorView& view) {
+  return ViewOfValue(StorageValue(s, view.dtype), view);
+}
+
+void WriteTensor(LazyStorage* s, const TensorView& view, Value v) {
+  size_t bytes = static_cast<size_t>(NumElements(view.sizes)) * ItemSize(view.dtype);
+  bool full = view.offset == 0 && bytes == s->nbytes();
+  Dims perm;
+  if (full && IsContiguous(view.sizes, view.strides)) {
+    s->SetPending(std::move(v));
+    return;
+  }
+  if (full && DensePermutation(view.sizes, view.strides, &perm)) {
+    // Lay the logical value out in memory order so that the storage value stays row-major.
+    static const int permute = InternalOp("pjrt::permute");
+    TensorType t{view.dtype, {}};
+    for (int64_t p : perm) t.dims.push_back(view.sizes[p]);
+    ArgPool pool(perm.begin(), perm.end());
+    ArgList args{Arg::Tensor(0), Arg{ArgKind::kIntList, 0, static_cast<uint16_t>(perm.size()), 0}};
+    s->SetPending(MakeOp(permute, s->device(), {v}, std::move(args), std::move(pool), {t})[0]);
+    return;
+  }
+  static const int view_write = InternalOp("pjrt::view_write");
+  Value base = StorageValue(s, view.dtype);
+  ArgList args;
+  Arg sizes, strides;
+  ArgPool pool = ViewPool(view, &sizes, &strides);
+  args.push_back(Arg::Tensor(0));
+  args.push_back(Arg::Tensor(1));
+  args.push_back(sizes);
+  args.push_back(strides);
+  args.push_back(Arg::Int(view.offset));
+  TensorType t = base.type();
+  s->SetPending(MakeOp(view_write, s->device(), {base, v}, std::move(args), std::move(pool), {t})[0]);
+}
+
+Value BufferValue(std::shared_ptr<runtime::Buffer> buffer) {
+  DeviceTrace& trace = Trace(buffer->device());
+  NodeRef param = MakeParamNode(buffer->device(), std::move(buffer), static_cast<int>(trace.params.size()));
+  trace.params.push_back(param);
+  return Value{std::move(param), 0};
+}
+
+Value MakeSlot(int device, ElementType dtype, const void* bytes) {
+  DeviceTrace& trace = Trace(device);
+  size_t k = static_cast<size_t>(dtype);
+  int index = trace.slot_count[k]++;
+  trace.slot_bytes[k].append(static_cast<const char*>(bytes), ItemSize(dtype));
+  return Value{MakeSlotNode(device, dtype, index), 0};
+}
+
+std::vector<Value> MakeOp(int op, int device, const std::vector<Value>& inputs, ArgList args,
+                          ArgPool pool, std::vector<TensorType> outputs) {
+  NodeRef node = MakeOpNode(op, device, inputs, std::move(args), std::move(pool), std::move(outputs));
+  ++Trace(device).op_nodes;
+  Metrics::Increment(Counter::kNodesTraced);
+  std::vector<Value> out;
+  size_t n = node->num_outputs();
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(Value{node, static_cast<uint32_t>(i)});
+  return out;
+}
+
+void MarkDirty(LazyStorage* s) {
+  DeviceTrace& trace = Trace(s->device());
+  if (s->dirty_epoch == trace.epoch) return;
+  s->dirty_epoch = trace.epoch;
+  s->dirty_index = trace.dirty.size();
+  trace.dirty.push_back(s);
+}
+
+void ForgetDirty(LazyStorage* s) {
+  if (s->device() >= NumTracedDevices()) return;
+  DeviceTrace& trace = Trace(s->device());
+  if (s->dirty_epoch == trace.epoch && s->dirty_index < trace.dirty.size() &&
+      trace.dirty[s->dirty_index] == s) {
+    trace.dirty[s->dirty_index] = nullptr;
+  }
+}
+
+int64_t MaxPendingNodes() { return g_max_pending_nodes; }
+void SetMaxPendingNodes(int64_t n) { g_max_pending_nodes = std::max<int64_t>(1, n); }
+bool TraceTooLarge(int device) { return Trace(device).op_nodes > g_max_pending_nodes; }
+
+}  // namespace torch_pjrt::graph

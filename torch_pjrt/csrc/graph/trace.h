@@ -1,0 +1,78 @@
+// The trace being recorded on each device since its last sync: the parameters it reads, the value
+// scalars it takes, the storages it will write. Also the primitives the ATen layer builds IR with:
+// reading a tensor view of a storage, writing one, making op nodes.
+#pragma once
+
+#include <array>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "graph/lazy_storage.h"
+
+namespace torch_pjrt::graph {
+
+// All graph state (nodes, storages, traces, caches) is guarded by one recursive lock. Recursive
+// because storage destructors can run while we already hold it.
+std::recursive_mutex& GraphMutex();
+class GraphLock {
+ public:
+  GraphLock() : lock_(GraphMutex()) {}
+
+ private:
+  std::unique_lock<std::recursive_mutex> lock_;
+};
+
+constexpr size_t kNumElementTypes = static_cast<size_t>(ElementType::kNumTypes);
+
+struct DeviceTrace {
+  uint64_t epoch = 1;
+  std::vector<NodeRef> params;                        // program parameters, in first-read order
+  std::array<std::string, kNumElementTypes> slot_bytes;  // packed value scalars, per dtype
+  std::array<int32_t, kNumElementTypes> slot_count{};
+  std::vector<LazyStorage*> dirty;  // storages written in this epoch (null once they die)
+  int64_t op_nodes = 0;             // op nodes made in this epoch
+};
+
+DeviceTrace& Trace(int device);
+int NumTracedDevices();
+
+// A strided view of a storage, in elements of `dtype`.
+struct TensorView {
+  ElementType dtype = ElementType::kInvalid;
+  Dims sizes;
+  Dims strides;
+  int64_t offset = 0;
+};
+
+bool IsContiguous(const Dims& sizes, const Dims& strides);
+
+// The whole value of `s` (a parameter for a buffer, zeros if never written). `dtype` is used
+// only for a never-written storage.
+Value StorageValue(LazyStorage* s, ElementType dtype);
+// A strided view of `src`, an array whose row-major order is some storage's memory order.
+Value ViewOfValue(Value src, const TensorView& view);
+// The value of a tensor view of `s`.
+Value ReadTensor(LazyStorage* s, const TensorView& view);
+// Makes `v` (of the view's dtype and sizes) the new contents of the view's elements of `s`.
+void WriteTensor(LazyStorage* s, const TensorView& view, Value v);
+
+// A device buffer that belongs to no storage (a fresh host transfer), as a graph parameter.
+Value BufferValue(std::shared_ptr<runtime::Buffer> buffer);
+// A value scalar: a 0-d graph input whose value is packed into the trace, not the program.
+Value MakeSlot(int device, ElementType dtype, const void* bytes);
+// An op node; returns one Value per output.
+std::vector<Value> MakeOp(int op, int device, const std::vector<Value>& inputs, ArgList args,
+                          ArgPool pool, std::vector<TensorType> outputs);
+// Lowering-table index of one of our internal "pjrt::" ops (looked up once).
+int InternalOp(const char* name);
+
+void MarkDirty(LazyStorage* s);
+void ForgetDirty(LazyStorage* s);
+
+// Largest number of op nodes a trace may hold before it is cut (synced) automatically.
+int64_t MaxPendingNodes();
+void SetMaxPendingNodes(int64_t n);
+bool TraceTooLarge(int device);
+
+}  // namespace torch_pjrt::graph

@@ -1,0 +1,646 @@
+#include "lowering/emitter.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace torch_pjrt::lowering {
+
+namespace {
+
+void AppendInt(std::string& s, int64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  s.append(buf, r.ptr);
+}
+
+bool IsNarrowFloat(ElementType t) {
+  return t == ElementType::kF16 || t == ElementType::kBF16 || t == ElementType::kF8E5M2 ||
+         t == ElementType::kF8E4M3FN;
+}
+
+const char* CompareType(ElementType t) {
+  if (IsFloating(t)) return "FLOAT";
+  if (IsComplex(t)) return "FLOAT";
+  if (t == ElementType::kBool || IsUnsigned(t)) return "UNSIGNED";
+  return "SIGNED";
+}
+
+}  // namespace
+
+std::string DimsString(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ", ";
+    AppendInt(s, d[i]);
+  }
+  return s + "]";
+}
+
+std::string ArrayAttr(const Dims& d) {
+  std::string s = "array<i64";
+  for (size_t i = 0; i < d.size(); ++i) {
+    s += i ? ", " : ": ";
+    AppendInt(s, d[i]);
+  }
+  return s + ">";
+}
+
+std::string TypeString(const TensorType& t) {
+  std::string s = "tensor<";
+  for (int64_t d : t.dims) {
+    AppendInt(s, d);
+    s += 'x';
+  }
+  s += MlirTypeName(t.dtype);
+  s += '>';
+  return s;
+}
+
+std::string ConstantLiteral(double value, ElementType t) {
+  char buf[64];
+  if (t == ElementType::kBool) return value != 0 ? "true" : "false";
+  if (IsIntegral(t)) {
+    // Clamped to the 64-bit range first: 2^63 as a double does not convert to int64.
+    if (IsUnsigned(t)) {
+      unsigned long long u = value <= 0 ? 0
+                             : value >= 18446744073709551615.0 ? 18446744073709551615ull
+                                                                : static_cast<unsigned long long>(value);
+      std::snprintf(buf, sizeof(buf), "%llu", u);
+    } else {
+      long long v = value >= 9223372036854775807.0    ? 9223372036854775807ll
+                    : value <= -9223372036854775808.0 ? (-9223372036854775807ll - 1)
+                                                      : static_cast<long long>(value);
+      std::snprintf(buf, sizeof(buf), "%lld", v);
+    }
+    return buf;
+  }
+  if (IsComplex(t)) return "(" + ConstantLiteral(value, t == ElementType::kC64 ? ElementType::kF32 : ElementType::kF64) + ", 0.0)";
+  if (!std::isfinite(value)) {
+    // Non-finite floats are written as their bit patterns.
+    bool f64 = t == ElementType::kF64;
+    unsigned long long bits;
+    if (std::isnan(value)) {
+      bits = f64 ? 0x7FF8000000000000ull : 0x7FC00000ull;
+    } else if (value > 0) {
+      bits = f64 ? 0x7FF0000000000000ull : 0x7F800000ull;
+    } else {
+      bits = f64 ? 0xFFF0000000000000ull : 0xFF800000ull;
+    }
+    std::snprintf(buf, sizeof(buf), f64 ? "0x%016llX" : "0x%08llX", bits);
+    return buf;
+  }
+  if (t == ElementType::kF64) {
+    std::snprintf(buf, sizeof(buf), "%.17e", value);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.9e", static_cast<double>(static_cast<float>(value)));
+  }
+  return buf;
+}
+
+Emitter::Emitter() { body_.reserve(4096); }
+
+std::string Emitter::Name(const Val& v) const {
+  std::string s = v.is_param ? "%arg" : "%v";
+  AppendInt(s, v.id);
+  if (v.sub >= 0) {
+    s += '#';
+    AppendInt(s, v.sub);
+  }
+  return s;
+}
+
+Val Emitter::NewValue(const TensorType& t) {
+  Val v;
+  v.id = next_id_++;
+  v.type = t;
+  ++num_ops_;
+  return v;
+}
+
+std::vector<Val> Emitter::NewResults(const std::vector<TensorType>& types, std::string* lhs) {
+  int32_t id = next_id_++;
+  ++num_ops_;
+  std::vector<Val> out;
+  for (size_t i = 0; i < types.size(); ++i) {
+    Val v;
+    v.id = id;
+    v.sub = types.size() == 1 ? -1 : static_cast<int16_t>(i);
+    v.type = types[i];
+    out.push_back(v);
+  }
+  *lhs = "%v" + std::to_string(id);
+  if (types.size() != 1) *lhs += ":" + std::to_string(types.size());
+  return out;
+}
+
+void Emitter::Line(const std::string& s) {
+  body_ += "    ";
+  body_ += s;
+  body_ += '\n';
+}
+
+Val Emitter::Parameter(const TensorType& t) {
+  Val v;
+  v.id = static_cast<int32_t>(params_.size());
+  v.is_param = true;
+  v.type = t;
+  params_.push_back(t);
+  param_attrs_.emplace_back();
+  return v;
+}
+
+void Emitter::SetParameterAttr(int index, std::string attr) { param_attrs_[index] = std::move(attr); }
+
+std::string Emitter::Finish(const std::vector<Val>& results) {
+  std::string s;
+  s.reserve(body_.size() + 512);
+  s += "module @torch_pjrt attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
+  s += "  func.func public @main(";
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (i) s += ", ";
+    s += "%arg" + std::to_string(i) + ": " + TypeString(params_[i]);
+    if (!param_attrs_[i].empty()) s += " {" + param_attrs_[i] + "}";
+  }
+  s += ") -> (";
+  for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + TypeString(results[i].type);
+  s += ") {\n";
+  s += body_;
+  s += "    return ";
+  for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + Name(results[i]);
+  if (!results.empty()) s += " : ";
+  for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + TypeString(results[i].type);
+  s += "\n  }\n}\n";
+  return s;
+}
+
+Val Emitter::Raw(const std::string& text, const std::string& signature, const TensorType& result) {
+  Val v = NewValue(result);
+  Line(Name(v) + " = " + text + " : " + signature);
+  return v;
+}
+
+// ---------------------------------------------------------------- constants
+
+Val Emitter::Scalar(double value, ElementType t) { return Full(value, TensorType{t, {}}); }
+
+Val Emitter::Full(double value, const TensorType& t) {
+  if (IsNarrowFloat(t.dtype)) {
+    // Written as f32 and converted, so that values not exactly representable still parse.
+    return Convert(Full(value, TensorType{ElementType::kF32, t.dims}), t.dtype);
+  }
+  Val v = NewValue(t);
+  Line(Name(v) + " = stablehlo.constant dense<" + ConstantLiteral(value, t.dtype) + "> : " +
+       TypeString(t));
+  return v;
+}
+
+Val Emitter::Iota(const TensorType& t, int64_t dim) {
+  Val v = NewValue(t);
+  Line(Name(v) + " = stablehlo.iota dim = " + std::to_string(dim) + " : " + TypeString(t));
+  return v;
+}
+
+// ---------------------------------------------------------------- elementwise
+
+Val Emitter::Unary(std::string_view op, const Val& x) {
+  Val v = NewValue(x.type);
+  Line(Name(v) + " = stablehlo." + std::string(op) + " " + Name(x) + " : " + TypeString(x.type));
+  return v;
+}
+
+Val Emitter::Binary(std::string_view op, const Val& a, const Val& b) {
+  if (!(a.type == b.type)) {
+    throw std::logic_error("stablehlo." + std::string(op) + " operands differ: " + TypeString(a) +
+                           " vs " + TypeString(b));
+  }
+  Val v = NewValue(a.type);
+  Line(Name(v) + " = stablehlo." + std::string(op) + " " + Name(a) + ", " + Name(b) + " : " +
+       TypeString(a.type));
+  return v;
+}
+
+Val Emitter::Compare(std::string_view direction, const Val& a, const Val& b) {
+  Val v = NewValue(TensorType{ElementType::kBool, a.dims()});
+  Line(Name(v) + " = stablehlo.compare " + std::string(direction) + ", " + Name(a) + ", " +
+       Name(b) + ", " + CompareType(a.dtype()) + " : (" + TypeString(a) + ", " + TypeString(b) +
+       ") -> " + TypeString(v));
+  return v;
+}
+
+Val Emitter::Select(const Val& pred, const Val& on_true, const Val& on_false) {
+  Val v = NewValue(on_true.type);
+  Line(Name(v) + " = stablehlo.select " + Name(pred) + ", " + Name(on_true) + ", " +
+       Name(on_false) + " : " + TypeString(pred) + ", " + TypeString(on_true));
+  return v;
+}
+
+Val Emitter::Clamp(const Val& lo, const Val& x, const Val& hi) {
+  Val v = NewValue(x.type);
+  Line(Name(v) + " = stablehlo.clamp " + Name(lo) + ", " + Name(x) + ", " + Name(hi) + " : (" +
+       TypeString(lo) + ", " + TypeString(x) + ", " + TypeString(hi) + ") -> " + TypeString(x));
+  return v;
+}
+
+Val Emitter::Convert(const Val& x, ElementType t) {
+  if (x.dtype() == t) return x;
+  if (t == ElementType::kBool && x.dtype() != ElementType::kBool) {
+    // convert-to-pred truncates on some backends; torch means "!= 0".
+    return Compare("NE", x, Full(0, x.type));
+  }
+  Val v = NewValue(TensorType{t, x.dims()});
+  Line(Name(v) + " = stablehlo.convert " + Name(x) + " : (" + TypeString(x) + ") -> " +
+       TypeString(v));
+  return v;
+}
+
+Val Emitter::BitcastConvert(const Val& x, const TensorType& t) {
+  Val v = NewValue(t);
+  Line(Name(v) + " = stablehlo.bitcast_convert " + Name(x) + " : (" + TypeString(x) + ") -> " +
+       TypeString(t));
+  return v;
+}
+
+// ---------------------------------------------------------------- shape and layout
+
+Val Emitter::Reshape(const Val& x, const Dims& dims) {
+  if (x.dims() == dims) return x;
+  Val v = NewValue(TensorType{x.dtype(), dims});
+  Line(Name(v) + " = stablehlo.reshape " + Name(x) + " : (" + TypeString(x) + ") -> " +
+       TypeString(v));
+  return v;
+}
+
+Val Emitter::BroadcastInDim(const Val& x, const Dims& out_dims, const Dims& mapping) {
+  if (x.dims() == out_dims) {
+    bool identity = true;
+    for (size_t i = 0; i < mapping.size(); ++i) identity &= mapping[i] == static_cast<int64_t>(i);
+    if (identity) return x;
+  }
+  Val v = NewValue(TensorType{x.dtype(), out_dims});
+  Line(Name(v) + " = stablehlo.broadcast_in_dim " + Name(x) + ", dims = " + DimsString(mapping) +
+       " : (" + TypeString(x) + ") -> " + TypeString(v));
+  return v;
+}
+
+Val Emitter::BroadcastTo(const Val& x, const Dims& out_dims) {
+  if (x.dims() == out_dims) return x;
+  int64_t offset = static_cast<int64_t>(out_dims.size()) - x.rank();
+  if (offset < 0) throw std::logic_error("BroadcastTo: target rank is smaller than the operand's");
+  // broadcast_in_dim allows each operand dim to be 1 or equal to its output dim: numpy's rule.
+  Dims mapping;
+  for (int64_t i = 0; i < x.rank(); ++i) mapping.push_back(i + offset);
+  return BroadcastInDim(x, out_dims, mapping);
+}
+
+Val Emitter::Transpose(const Val& x, const Dims& perm) {
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<int64_t>(i);
+  if (identity) return x;
+  Dims out;
+  for (int64_t p : perm) out.push_back(x.dims()[p]);
+  Val v = NewValue(TensorType{x.dtype(), out});
+  Line(Name(v) + " = stablehlo.transpose " + Name(x) + ", dims = " + DimsString(perm) + " : (" +
+       TypeString(x) + ") -> " + TypeString(v));
+  return v;
+}
+
+Val Emitter::Slice(const Val& x, const Dims& start, const Dims& limit, const Dims& strides) {
+  bool identity = true;
+  Dims out;
+  for (size_t i = 0; i < start.size(); ++i) {
+    int64_t n = limit[i] > start[i] ? (limit[i] - start[i] + strides[i] - 1) / strides[i] : 0;
+    out.push_back(n);
+    identity &= start[i] == 0 && limit[i] == x.dims()[i] && strides[i] == 1;
+  }
+  if (identity) return x;
+  Val v = NewValue(TensorType{x.dtype(), out});
+  Line(Name(v) + " = stablehlo.slice " + Name(x) + " " + [&] {
+    std::string s = "[";
+    for (size_t i = 0; i < start.size(); ++i) {
+      if (i) s += ", ";
+      s += std::to_string(start[i]) + ":" + std::to_string(limit[i]);
+      if (strides[i] != 1) s += ":" + std::to_string(strides[i]);
+    }
+    return s + "]";
+  }() + " : (" + TypeString(x) + ") -> " + TypeString(v));
+  return v;
+}
+
+Val Emitter::SliceDim(const Val& x, int64_t dim, int64_t start, int64_t limit, int64_t stride) {
+  Dims s(x.rank(), 0), l = x.dims(), st(x.rank(), 1);
+  s[dim] = start;
+  l[dim] = limit;
+  st[dim] = stride;
+  return Slice(x, s, l, st);
+}
+
+Val Emitter::Concatenate(const std::vector<Val>& xs, int64_t dim) {
+  if (xs.size() == 1) return xs[0];
+  TensorType t = xs[0].type;
+  t.dims[dim] = 0;
+  std::string names, types;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    t.dims[dim] += xs[i].dims()[dim];
+    names += (i ? ", " : "") + Name(xs[i]);
+    types += (i ? ", " : "") + TypeString(xs[i]);
+  }
+  Val v = NewValue(t);
+  Line(Name(v) + " = stablehlo.concatenate " + names + ", dim = " + std::to_string(dim) + " : (" +
+       types + ") -> " + TypeString(v));
+  return v;
+}
+
+Val Emitter::Pad(const Val& x, const Val& value, const Dims& lo, const Dims& hi,
+                 const Dims& interior) {
+  TensorType t = x.type;
+  bool identity = true;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    int64_t d = x.dims()[i];
+    t.dims[i] = lo[i] + hi[i] + d + (d > 0 ? (d - 1) * interior[i] : 0);
+    identity &= lo[i] == 0 && hi[i] == 0 && interior[i] == 0;
+  }
+  if (identity) return x;
+  Val v = NewValue(t);
+  Line(Name(v) + " = stablehlo.pad " + Name(x) + ", " + Name(value) + ", low = " + DimsString(lo) +
+       ", high = " + DimsString(hi) + ", interior = " + DimsString(interior) + " : (" +
+       TypeString(x) + ", " + TypeString(value) + ") -> " + TypeString(v));
+  return v;
+}
+
+Val Emitter::Reverse(const Val& x, const Dims& dims) {
+  if (dims.empty()) return x;
+  Val v = NewValue(x.type);
+  Line(Name(v) + " = stablehlo.reverse " + Name(x) + ", dims = " + DimsString(dims) + " : " +
+       TypeString(x));
+  return v;
+}
+
+Val Emitter::DynamicSlice(const Val& x, const std::vector<Val>& starts, const Dims& sizes) {
+  Val v = NewValue(TensorType{x.dtype(), sizes});
+  std::string s = Name(v) + " = stablehlo.dynamic_slice " + Name(x);
+  for (const Val& st : starts) s += ", " + Name(st);
+  s += ", sizes = " + DimsString(sizes) + " : (" + TypeString(x);
+  for (const Val& st : starts) s += ", " + TypeString(st);
+  s += ") -> " + TypeString(v);
+  Line(s);
+  return v;
+}
+
+Val Emitter::DynamicUpdateSlice(const Val& x, const Val& update, const std::vector<Val>& starts) {
+  Val v = NewValue(x.type);
+  std::string s = Name(v) + " = stablehlo.dynamic_update_slice " + Name(x) + ", " + Name(update);
+  for (const Val& st : starts) s += ", " + Name(st);
+  s += " : (" + TypeString(x) + ", " + TypeString(update);
+  for (const Val& st : starts) s += ", " + TypeString(st);
+  s += ") -> " + TypeString(v);
+  Line(s);
+  return v;
+}
+
+// ---------------------------------------------------------------- compute
+
+Val Emitter::DotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,
+                        const Dims& contract_a, const Dims& contract_b, ElementType out) {
+  TensorType t{out, {}};
+  for (int64_t d : batch_a) t.dims.push_back(a.dims()[d]);
+  for (int64_t i = 0; i < a.rank(); ++i) {
+    bool skip = false;
+    for (int64_t d : batch_a) skip |= d == i;
+    for (int64_t d : contract_a) skip |= d == i;
+    if (!skip) t.dims.push_back(a.dims()[i]);
+  }
+  for (int64_t i = 0; i < b.rank(); ++i) {
+    bool skip = false;
+    for (int64_t d : batch_b) skip |= d == i;
+    for (int64_t d : contract_b) skip |= d == i;
+    if (!skip) t.dims.push_back(b.dims()[i]);
+  }
+  Val v = NewValue(t);
+  std::string s = Name(v) + " = stablehlo.dot_general " + Name(a) + ", " + Name(b) + ", ";
+  if (!batch_a.empty()) s += "batching_dims = " + DimsString(batch_a) + " x " + DimsString(batch_b) + ", ";
+  s += "contracting_dims = " + DimsString(contract_a) + " x " + DimsString(contract_b) + " : (" +
+       TypeString(a) + ", " + TypeString(b) + ") -> " + TypeString(t);
+  Line(s);
+  return v;
+}
+
+Val Emitter::Reduce(const Val& x, const Val& init, const Dims& dims, std::string_view op) {
+  if (dims.empty()) return x;
+  TensorType t{x.dtype(), {}};
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    bool reduced = false;
+    for (int64_t d : dims) reduced |= d == i;
+    if (!reduced) t.dims.push_back(x.dims()[i]);
+  }
+  Dims sorted = dims;
+  for (size_t i = 0; i < sorted.size(); ++i)
+    for (size_t j = i + 1; j < sorted.size(); ++j)
+      if (sorted[j] < sorted[i]) std::swap(sorted[i], sorted[j]);
+  Val v = NewValue(t);
+  Line(Name(v) + " = stablehlo.reduce(" + Name(x) + " init: " + Name(init) + ") applies stablehlo." +
+       std::string(op) + " across dimensions = " + DimsString(sorted) + " : (" + TypeString(x) +
+       ", " + TypeString(init) + ") -> " + TypeString(t));
+  return v;
+}
+
+std::string Emitter::Block(const std::vector<TensorType>& arg_types, const RegionBody& body) {
+  std::vector<Val> args;
+  std::string header = "^bb0(";
+  for (size_t i = 0; i < arg_types.size(); ++i) {
+    Val a;
+    a.id = next_id_++;
+    a.type = arg_types[i];
+    args.push_back(a);
+    header += (i ? ", " : "") + Name(a) + ": " + TypeString(a);
+  }
+  header += "):\n";
+  std::string saved;
+  saved.swap(body_);
+  std::vector<Val> results = body(*this, args);
+  std::string inner;
+  inner.swap(body_);
+  body_.swap(saved);
+  std::string ret = "      stablehlo.return ";
+  for (size_t i = 0; i < results.size(); ++i) ret += (i ? ", " : "") + Name(results[i]);
+  ret += " : ";
+  for (size_t i = 0; i < results.size(); ++i) ret += (i ? ", " : "") + TypeString(results[i]);
+  return "  " + header + inner + ret + "\n";
+}
+
+std::vector<Val> Emitter::ReduceVariadic(const std::vector<Val>& xs, const std::vector<Val>& inits,
+                                         const Dims& dims, const RegionBody& body) {
+  std::vector<TensorType> out_types, block_types;
+  Dims sorted = dims;
+  for (size_t i = 0; i < sorted.size(); ++i)
+    for (size_t j = i + 1; j < sorted.size(); ++j)
+      if (sorted[j] < sorted[i]) std::swap(sorted[i], sorted[j]);
+  for (const Val& x : xs) {
+    TensorType t{x.dtype(), {}};
+    for (int64_t i = 0; i < x.rank(); ++i) {
+      bool reduced = false;
+      for (int64_t d : dims) reduced |= d == i;
+      if (!reduced) t.dims.push_back(x.dims()[i]);
+    }
+    out_types.push_back(t);
+  }
+  for (int pass = 0; pass < 2; ++pass)
+    for (const Val& x : xs) block_types.push_back(TensorType{x.dtype(), {}});
+  std::string block = Block(block_types, body);
+  std::string lhs;
+  std::vector<Val> results = NewResults(out_types, &lhs);
+  std::string s = lhs + " = \"stablehlo.reduce\"(";
+  std::string in_types;
+  bool first = true;
+  for (const auto* list : {&xs, &inits}) {
+    for (const Val& v : *list) {
+      s += (first ? "" : ", ") + Name(v);
+      in_types += (first ? "" : ", ") + TypeString(v);
+      first = false;
+    }
+  }
+  s += ") ({\n" + block + "    }) {dimensions = " + ArrayAttr(sorted) + "} : (" + in_types + ") -> (";
+  for (size_t i = 0; i < out_types.size(); ++i) s += (i ? ", " : "") + TypeString(out_types[i]);
+  s += ")";
+  Line(s);
+  return results;
+}
+
+std::vector<Val> Emitter::ReduceWindow(const std::vector<Val>& xs, const std::vector<Val>& inits,
+                                       const Dims& window, const Dims& strides,
+                                       const Dims& base_dilation, const Dims& window_dilation,
+                                       const std::vector<std::pair<int64_t, int64_t>>& padding,
+                                       const RegionBody& body) {
+  std::vector<TensorType> out_types, block_types;
+  for (const Val& x : xs) {
+    TensorType t{x.dtype(), {}};
+    for (int64_t i = 0; i < x.rank(); ++i) {
+      int64_t in = (x.dims()[i] - 1) * base_dilation[i] + 1 + padding[i].first + padding[i].second;
+      int64_t w = (window[i] - 1) * window_dilation[i] + 1;
+      t.dims.push_back(in < w ? 0 : (in - w) / strides[i] + 1);
+    }
+    out_types.push_back(t);
+  }
+  for (int pass = 0; pass < 2; ++pass)
+    for (const Val& x : xs) block_types.push_back(TensorType{x.dtype(), {}});
+  std::string block = Block(block_types, body);
+  std::string lhs;
+  std::vector<Val> results = NewResults(out_types, &lhs);
+  std::string s = lhs + " = \"stablehlo.reduce_window\"(";
+  std::string in_types;
+  bool first = true;
+  for (const auto* list : {&xs, &inits}) {
+    for (const Val& v : *list) {
+      s += (first ? "" : ", ") + Name(v);
+      in_types += (first ? "" : ", ") + TypeString(v);
+      first = false;
+    }
+  }
+  std::string pad = "dense<[";
+  for (size_t i = 0; i < padding.size(); ++i) {
+    pad += (i ? ", [" : "[") + std::to_string(padding[i].first) + ", " +
+           std::to_string(padding[i].second) + "]";
+  }
+  pad += "]> : tensor<" + std::to_string(padding.size()) + "x2xi64>";
+  s += ") ({\n" + block + "    }) {window_dimensions = " + ArrayAttr(window) +
+       ", window_strides = " + ArrayAttr(strides) + ", base_dilations = " + ArrayAttr(base_dilation) +
+       ", window_dilations = " + ArrayAttr(window_dilation) + ", padding = " + pad + "} : (" +
+       in_types + ") -> (";
+  for (size_t i = 0; i < out_types.size(); ++i) s += (i ? ", " : "") + TypeString(out_types[i]);
+  s += ")";
+  Line(s);
+  return results;
+}
+
+Val Emitter::Convolution(const Val& lhs, const Val& rhs, const ConvDims& d, const TensorType& out) {
+  Val v = NewValue(out);
+  std::string pad = "[";
+  for (size_t i = 0; i < d.padding.size(); ++i) {
+    pad += (i ? ", [" : "[") + std::to_string(d.padding[i].first) + ", " +
+           std::to_string(d.padding[i].second) + "]";
+  }
+  pad += "]";
+  Line(Name(v) + " = stablehlo.convolution(" + Name(lhs) + ", " + Name(rhs) + ") dim_numbers = " +
+       d.layout + ", window = {stride = " + DimsString(d.stride) + ", pad = " + pad +
+       ", lhs_dilate = " + DimsString(d.lhs_dilation) + ", rhs_dilate = " +
+       DimsString(d.rhs_dilation) + "} {batch_group_count = " + std::to_string(d.batch_group_count) +
+       " : i64, feature_group_count = " + std::to_string(d.feature_group_count) + " : i64} : (" +
+       TypeString(lhs) + ", " + TypeString(rhs) + ") -> " + TypeString(out));
+  return v;
+}
+
+Val Emitter::Gather(const Val& operand, const Val& indices, const GatherDims& d,
+                    const TensorType& out) {
+  Val v = NewValue(out);
+  std::string dn = "#stablehlo.gather<offset_dims = " + DimsString(d.offset_dims) +
+                   ", collapsed_slice_dims = " + DimsString(d.collapsed_slice_dims);
+  if (!d.operand_batching_dims.empty()) {
+    dn += ", operand_batching_dims = " + DimsString(d.operand_batching_dims) +
+          ", start_indices_batching_dims = " + DimsString(d.start_indices_batching_dims);
+  }
+  dn += ", start_index_map = " + DimsString(d.start_index_map) +
+        ", index_vector_dim = " + std::to_string(d.index_vector_dim) + ">";
+  Line(Name(v) + " = \"stablehlo.gather\"(" + Name(operand) + ", " + Name(indices) +
+       ") {dimension_numbers = " + dn + ", indices_are_sorted = false, slice_sizes = " +
+       ArrayAttr(d.slice_sizes) + "} : (" + TypeString(operand) + ", " + TypeString(indices) +
+       ") -> " + TypeString(out));
+  return v;
+}
+
+Val Emitter::Scatter(const Val& operand, const Val& indices, const Val& updates,
+                     const ScatterDims& d, std::string_view combine) {
+  std::string combine_op(combine);
+  std::string block = Block({TensorType{operand.dtype(), {}}, TensorType{operand.dtype(), {}}},
+                            [&](Emitter& e, const std::vector<Val>& a) -> std::vector<Val> {
+                              if (combine_op.empty()) return {a[1]};
+                              return {e.Binary(combine_op, a[0], a[1])};
+                            });
+  Val v = NewValue(operand.type);
+  std::string dn = "#stablehlo.scatter<update_window_dims = " + DimsString(d.update_window_dims) +
+                   ", inserted_window_dims = " + DimsString(d.inserted_window_dims);
+  if (!d.input_batching_dims.empty()) {
+    dn += ", input_batching_dims = " + DimsString(d.input_batching_dims) +
+          ", scatter_indices_batching_dims = " + DimsString(d.scatter_indices_batching_dims);
+  }
+  dn += ", scatter_dims_to_operand_dims = " + DimsString(d.scatter_dims_to_operand_dims) +
+        ", index_vector_dim = " + std::to_string(d.index_vector_dim) + ">";
+  Line(Name(v) + " = \"stablehlo.scatter\"(" + Name(operand) + ", " + Name(indices) + ", " +
+       Name(updates) + ") ({\n" + block + "    }) {indices_are_sorted = false, scatter_dimension_numbers = " +
+       dn + ", unique_indices = false} : (" + TypeString(operand) + ", " + TypeString(indices) +
+       ", " + TypeString(updates) + ") -> " + TypeString(operand));
+  return v;
+}
+
+std::vector<Val> Emitter::Sort(const std::vector<Val>& xs, int64_t dim, bool stable,
+                               const RegionBody& body) {
+  std::vector<TensorType> block_types, out_types;
+  for (const Val& x : xs) {
+    block_types.push_back(TensorType{x.dtype(), {}});
+    block_types.push_back(TensorType{x.dtype(), {}});
+    out_types.push_back(x.type);
+  }
+  std::string block = Block(block_types, body);
+  std::string lhs;
+  std::vector<Val> results = NewResults(out_types, &lhs);
+  std::string s = lhs + " = \"stablehlo.sort\"(";
+  std::string types;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    s += (i ? ", " : "") + Name(xs[i]);
+    types += (i ? ", " : "") + TypeString(xs[i]);
+  }
+  s += ") ({\n" + block + "    }) {dimension = " + std::to_string(dim) +
+       " : i64, is_stable = " + (stable ? "true" : "false") + "} : (" + types + ") -> (" + types + ")";
+  Line(s);
+  return results;
+}
+
+std::pair<Val, Val> Emitter::RngBitGenerator(const Val& state, const TensorType& type) {
+  std::string lhs;
+  std::vector<Val> r = NewResults({state.type, type}, &lhs);
+  Line(lhs + " = stablehlo.rng_bit_generator " + Name(state) + ", algorithm = THREE_FRY : (" +
+       TypeString(state) + ") -> (" + TypeString(state) + ", " + TypeString(type) + ")");
+  return {r[0], r[1]};
+}
+
+}  // namespace torch_pjrt::lowering

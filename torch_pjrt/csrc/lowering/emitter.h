@@ -1,0 +1,149 @@
+// Builds the text of one StableHLO module (`func.func @main`) op by op. Lowering functions call
+// these helpers; nothing here knows about ATen or PJRT.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/small_vec.h"
+
+namespace torch_pjrt::lowering {
+
+struct TensorType {
+  ElementType dtype = ElementType::kInvalid;
+  Dims dims;
+  bool operator==(const TensorType& o) const { return dtype == o.dtype && dims == o.dims; }
+};
+
+// An SSA value of the module being built.
+struct Val {
+  int32_t id = -1;   // >= 0: %v<id>; for a parameter: %arg<id>
+  int16_t sub = -1;  // result index of a multi-result op (%v<id>#<sub>)
+  bool is_param = false;
+  TensorType type;
+
+  bool valid() const { return id >= 0; }
+  ElementType dtype() const { return type.dtype; }
+  const Dims& dims() const { return type.dims; }
+  int64_t rank() const { return static_cast<int64_t>(type.dims.size()); }
+  int64_t numel() const { return NumElements(type.dims); }
+};
+
+std::string TypeString(const TensorType& t);
+inline std::string TypeString(const Val& v) { return TypeString(v.type); }
+
+class Emitter {
+ public:
+  Emitter();
+
+  // ---- module structure
+  Val Parameter(const TensorType& t);
+  // Attribute dictionary entries for parameter `index`, e.g. "tf.aliasing_output = 0 : i32".
+  void SetParameterAttr(int index, std::string attr);
+  // The whole module, returning `results` from @main.
+  std::string Finish(const std::vector<Val>& results);
+  size_t num_ops() const { return num_ops_; }
+
+  // ---- constants
+  Val Scalar(double value, ElementType t);            // 0-d constant
+  Val Full(double value, const TensorType& t);        // splat constant
+  Val Iota(const TensorType& t, int64_t dim);
+  Val ScalarLike(double value, const Val& like) { return Full(value, like.type); }
+
+  // ---- elementwise
+  Val Unary(std::string_view op, const Val& x);  // op without the "stablehlo." prefix
+  Val Binary(std::string_view op, const Val& a, const Val& b);  // operands of equal type
+  Val Compare(std::string_view direction, const Val& a, const Val& b);  // EQ NE LT LE GT GE
+  Val Select(const Val& pred, const Val& on_true, const Val& on_false);
+  Val Clamp(const Val& lo, const Val& x, const Val& hi);
+  Val Convert(const Val& x, ElementType t);  // no-op when already `t`
+  Val BitcastConvert(const Val& x, const TensorType& t);
+
+  // ---- shape and layout
+  Val Reshape(const Val& x, const Dims& dims);  // no-op when dims are unchanged
+  Val BroadcastInDim(const Val& x, const Dims& out_dims, const Dims& mapping);
+  Val BroadcastTo(const Val& x, const Dims& out_dims);  // numpy rules (trailing alignment)
+  Val Transpose(const Val& x, const Dims& perm);        // no-op for the identity
+  Val Slice(const Val& x, const Dims& start, const Dims& limit, const Dims& strides);
+  Val SliceDim(const Val& x, int64_t dim, int64_t start, int64_t limit, int64_t stride = 1);
+  Val Concatenate(const std::vector<Val>& xs, int64_t dim);
+  Val Pad(const Val& x, const Val& value, const Dims& lo, const Dims& hi, const Dims& interior);
+  Val Reverse(const Val& x, const Dims& dims);
+  Val DynamicSlice(const Val& x, const std::vector<Val>& starts, const Dims& sizes);
+  Val DynamicUpdateSlice(const Val& x, const Val& update, const std::vector<Val>& starts);
+
+  // ---- compute
+  Val DotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,
+                 const Dims& contract_a, const Dims& contract_b, ElementType out);
+  // Single-operand reduction whose body is one binary op ("add", "maximum", "and", ...).
+  Val Reduce(const Val& x, const Val& init, const Dims& dims, std::string_view op);
+
+  // Body of a region: receives the block arguments, emits ops, returns the values to yield.
+  using RegionBody = std::function<std::vector<Val>(Emitter&, const std::vector<Val>&)>;
+  // Variadic reduce; block arguments are (acc_0..acc_n-1, x_0..x_n-1), each 0-d.
+  std::vector<Val> ReduceVariadic(const std::vector<Val>& xs, const std::vector<Val>& inits,
+                                  const Dims& dims, const RegionBody& body);
+  // Variadic reduce_window; padding is [rank][2] (lo, hi).
+  std::vector<Val> ReduceWindow(const std::vector<Val>& xs, const std::vector<Val>& inits,
+                                const Dims& window, const Dims& strides, const Dims& base_dilation,
+                                const Dims& window_dilation,
+                                const std::vector<std::pair<int64_t, int64_t>>& padding,
+                                const RegionBody& body);
+  struct ConvDims {
+    // Text of dim_numbers, e.g. "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]".
+    std::string layout;
+    Dims stride, lhs_dilation, rhs_dilation;
+    std::vector<std::pair<int64_t, int64_t>> padding;
+    int64_t feature_group_count = 1;
+    int64_t batch_group_count = 1;
+  };
+  Val Convolution(const Val& lhs, const Val& rhs, const ConvDims& dims, const TensorType& out);
+  struct GatherDims {
+    Dims offset_dims, collapsed_slice_dims, start_index_map, operand_batching_dims,
+        start_indices_batching_dims;
+    int64_t index_vector_dim = 0;
+    Dims slice_sizes;
+  };
+  Val Gather(const Val& operand, const Val& indices, const GatherDims& dims, const TensorType& out);
+  struct ScatterDims {
+    Dims update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims,
+        input_batching_dims, scatter_indices_batching_dims;
+    int64_t index_vector_dim = 0;
+  };
+  // `combine` is the body op ("add", "maximum", ...) or empty to replace with the update.
+  Val Scatter(const Val& operand, const Val& indices, const Val& updates, const ScatterDims& dims,
+              std::string_view combine);
+  // Sort along `dim`; `body` gets (lhs_0, rhs_0, lhs_1, rhs_1, ...) and returns one i1.
+  std::vector<Val> Sort(const std::vector<Val>& xs, int64_t dim, bool stable,
+                        const RegionBody& body);
+  // THREE_FRY random bits: returns (new_state, bits of `type`).
+  std::pair<Val, Val> RngBitGenerator(const Val& state, const TensorType& type);
+
+  // Escape hatch for ops without a helper: `text` is everything after "= " up to (not including)
+  // the trailing type signature, e.g. "stablehlo.cbrt %v3"; `signature` is the type part.
+  Val Raw(const std::string& text, const std::string& signature, const TensorType& result);
+  // Name of a value in the text ("%v3", "%arg0", "%v5#1").
+  std::string Name(const Val& v) const;
+
+ private:
+  Val NewValue(const TensorType& t);
+  std::vector<Val> NewResults(const std::vector<TensorType>& types, std::string* lhs);
+  void Line(const std::string& s);
+  std::string Block(const std::vector<TensorType>& arg_types, const RegionBody& body);
+
+  std::string body_;
+  std::vector<TensorType> params_;
+  std::vector<std::string> param_attrs_;
+  int32_t next_id_ = 0;
+  size_t num_ops_ = 0;
+};
+
+// Formatting helpers shared with the lowerings.
+std::string DimsString(const Dims& d);           // "[1, 2, 3]"
+std::string ArrayAttr(const Dims& d);            // "array<i64: 1, 2, 3>"
+std::string ConstantLiteral(double value, ElementType t);  // text inside dense<...>
+
+}  // namespace torch_pjrt::lowering

@@ -1,0 +1,199 @@
+#include "lowering/helpers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace torch_pjrt::lowering {
+
+namespace {
+
+int Rank(ElementType t) {  // position within its category, for widening
+  switch (t) {
+    case ElementType::kS8: case ElementType::kU8: return 1;
+    case ElementType::kS16: case ElementType::kU16: return 2;
+    case ElementType::kS32: case ElementType::kU32: return 3;
+    case ElementType::kS64: case ElementType::kU64: return 4;
+    case ElementType::kF8E5M2: case ElementType::kF8E4M3FN: return 0;
+    case ElementType::kF16: case ElementType::kBF16: return 1;
+    case ElementType::kF32: case ElementType::kC64: return 2;
+    case ElementType::kF64: case ElementType::kC128: return 3;
+    default: return 0;
+  }
+}
+
+ElementType SignedOfSize(int rank) {
+  switch (rank) {
+    case 1: return ElementType::kS8;
+    case 2: return ElementType::kS16;
+    case 3: return ElementType::kS32;
+    default: return ElementType::kS64;
+  }
+}
+
+ElementType ToComplex(ElementType t) {
+  if (IsComplex(t)) return t;
+  return t == ElementType::kF64 ? ElementType::kC128 : ElementType::kC64;
+}
+
+enum class Category { kBool = 0, kIntegral = 1, kFloating = 2, kComplex = 3 };
+Category CategoryOf(ElementType t) {
+  if (t == ElementType::kBool) return Category::kBool;
+  if (IsComplex(t)) return Category::kComplex;
+  if (IsFloating(t)) return Category::kFloating;
+  return Category::kIntegral;
+}
+
+ElementType PromoteSkipInvalid(ElementType a, ElementType b) {
+  if (a == ElementType::kInvalid) return b;
+  if (b == ElementType::kInvalid) return a;
+  return PromoteTypes(a, b);
+}
+
+// torch's combine_categories(higher, lower).
+ElementType CombineCategories(ElementType higher, ElementType lower) {
+  if (higher == ElementType::kInvalid) return lower;
+  if (lower == ElementType::kInvalid) return higher;
+  if (IsComplex(higher)) return higher;
+  if (IsComplex(lower)) {
+    if (IsFloating(higher)) return ToComplex(higher);
+    return lower;
+  }
+  if (IsFloating(higher)) return higher;
+  if (higher == ElementType::kBool || IsFloating(lower)) return PromoteSkipInvalid(higher, lower);
+  return higher;
+}
+
+}  // namespace
+
+ElementType PromoteTypes(ElementType a, ElementType b) {
+  if (a == b) return a;
+  if (a == ElementType::kBool) return b;
+  if (b == ElementType::kBool) return a;
+  Category ca = CategoryOf(a), cb = CategoryOf(b);
+  if (ca == Category::kComplex || cb == Category::kComplex) {
+    int r = std::max(IsComplex(a) || IsFloating(a) ? Rank(a) : 0, IsComplex(b) || IsFloating(b) ? Rank(b) : 0);
+    return r >= 3 ? ElementType::kC128 : ElementType::kC64;
+  }
+  if (ca == Category::kFloating && cb == Category::kFloating) {
+    if (Rank(a) == Rank(b)) return ElementType::kF32;  // float16 with bfloat16, or two float8s
+    return Rank(a) > Rank(b) ? a : b;
+  }
+  if (ca == Category::kFloating) return a;
+  if (cb == Category::kFloating) return b;
+  // Both integral.
+  bool ua = IsUnsigned(a), ub = IsUnsigned(b);
+  if (ua == ub) return Rank(a) >= Rank(b) ? a : b;
+  ElementType u = ua ? a : b, s = ua ? b : a;
+  if (Rank(s) > Rank(u)) return s;
+  return SignedOfSize(std::min(Rank(u) + 1, 4));
+}
+
+ElementType Opmath(ElementType t) {
+  if (t == ElementType::kF16 || t == ElementType::kBF16 || t == ElementType::kF8E5M2 ||
+      t == ElementType::kF8E4M3FN) {
+    return ElementType::kF32;
+  }
+  return t;
+}
+
+ElementType ResultType(const LowerCtx& c, std::initializer_list<size_t> arg_indices) {
+  ElementType dim_result = ElementType::kInvalid, zero_result = ElementType::kInvalid,
+              wrapped_result = ElementType::kInvalid;
+  for (size_t i : arg_indices) {
+    if (c.is_none(i)) continue;
+    const Arg& a = c.arg(i);
+    if (a.kind == ArgKind::kTensor) {
+      Val v = c.tensor(i);
+      ElementType t = v.dtype();
+      if (c.is_wrapped_number(i)) {
+        // Python numbers promote as the default type of their category.
+        if (IsFloating(t)) t = ElementType::kF32;
+        else if (IsComplex(t)) t = ElementType::kC64;
+        wrapped_result = PromoteSkipInvalid(wrapped_result, t);
+      } else if (v.rank() == 0) {
+        zero_result = PromoteSkipInvalid(zero_result, t);
+      } else {
+        dim_result = PromoteSkipInvalid(dim_result, t);
+      }
+    } else if (a.kind == ArgKind::kDouble) {
+      wrapped_result = PromoteSkipInvalid(wrapped_result, ElementType::kF32);
+    } else if (a.kind == ArgKind::kInt) {
+      wrapped_result = PromoteSkipInvalid(wrapped_result, ElementType::kS64);
+    } else if (a.kind == ArgKind::kBool) {
+      wrapped_result = PromoteSkipInvalid(wrapped_result, ElementType::kBool);
+    }
+  }
+  return CombineCategories(dim_result, CombineCategories(zero_result, wrapped_result));
+}
+
+int64_t NormDim(int64_t dim, int64_t rank) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (dim < -r || dim >= r) {
+    throw std::invalid_argument("Dimension out of range (expected to be in range of [" +
+                                std::to_string(-r) + ", " + std::to_string(r - 1) + "], but got " +
+                                std::to_string(dim) + ")");
+  }
+  return dim < 0 ? dim + r : dim;
+}
+
+Dims NormDims(const Dims& dims, int64_t rank, bool empty_means_all) {
+  Dims out;
+  if (dims.empty() && empty_means_all) {
+    for (int64_t i = 0; i < rank; ++i) out.push_back(i);
+    return out;
+  }
+  for (int64_t d : dims) {
+    int64_t n = NormDim(d, rank);
+    if (rank == 0) continue;  // reducing a scalar over dim 0 is the identity
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Val Coerce(Emitter& e, const Val& v, const Dims& dims, ElementType t) {
+  return e.BroadcastTo(e.Convert(v, t), dims);
+}
+
+Val KeepDims(Emitter& e, const Val& reduced, const Dims& input_dims, const Dims& reduced_dims) {
+  Dims kept = input_dims;
+  for (int64_t d : reduced_dims) kept[d] = 1;
+  return e.Reshape(reduced, kept);
+}
+
+double LowestValue(ElementType t) {
+  switch (t) {
+    case ElementType::kBool: return 0;
+    case ElementType::kS8: return -128;
+    case ElementType::kS16: return -32768;
+    case ElementType::kS32: return -2147483648.0;
+    case ElementType::kS64: return static_cast<double>(std::numeric_limits<int64_t>::min());
+    default:
+      if (IsUnsigned(t)) return 0;
+      return -std::numeric_limits<double>::infinity();
+  }
+}
+
+double HighestValue(ElementType t) {
+  switch (t) {
+    case ElementType::kBool: return 1;
+    case ElementType::kS8: return 127;
+    case ElementType::kS16: return 32767;
+    case ElementType::kS32: return 2147483647.0;
+    case ElementType::kS64: return 9223372036854775807.0;
+    case ElementType::kU8: return 255;
+    case ElementType::kU16: return 65535;
+    case ElementType::kU32: return 4294967295.0;
+    case ElementType::kU64: return 18446744073709551615.0;
+    default: return std::numeric_limits<double>::infinity();
+  }
+}
+
+Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc) {
+  Val xc = e.Convert(x, acc);
+  return e.Reduce(xc, e.Scalar(0, acc), dims, "add");
+}
+
+}  // namespace torch_pjrt::lowering

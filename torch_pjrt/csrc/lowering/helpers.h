@@ -1,0 +1,43 @@
+// Small pieces shared by the lowering files: torch's type promotion, opmath types, dim handling.
+#pragma once
+
+#include <initializer_list>
+#include <vector>
+
+#include "lowering/lowering.h"
+
+namespace torch_pjrt::lowering {
+
+// torch.promote_types.
+ElementType PromoteTypes(ElementType a, ElementType b);
+// The type torch computes in for `t`: float for half types, `t` otherwise.
+ElementType Opmath(ElementType t);
+// torch.result_type over the tensor/scalar arguments at `arg_indices` (dimensioned tensors win
+// over 0-d tensors, which win over Python numbers, within a category).
+ElementType ResultType(const LowerCtx& c, std::initializer_list<size_t> arg_indices);
+
+// Wraps a negative dim; rank 0 tensors accept dims 0 and -1.
+int64_t NormDim(int64_t dim, int64_t rank);
+// Normalized, sorted dims; an empty list means every dim (torch's reduction convention).
+Dims NormDims(const Dims& dims, int64_t rank, bool empty_means_all = true);
+
+// Broadcasts (numpy rules) and converts `v` to `dims` and `t`.
+Val Coerce(Emitter& e, const Val& v, const Dims& dims, ElementType t);
+inline Val Coerce(Emitter& e, const Val& v, const TensorType& t) { return Coerce(e, v, t.dims, t.dtype); }
+
+// Keeps reduced dims as size 1 (keepdim=True) by reshaping.
+Val KeepDims(Emitter& e, const Val& reduced, const Dims& input_dims, const Dims& reduced_dims);
+
+// Smallest/largest value of a type, used as reduction identities (+-inf for floats).
+double LowestValue(ElementType t);
+double HighestValue(ElementType t);
+
+// Largest finite value of a floating type.
+double HighestFinite(ElementType t);
+
+// Sum of `x` over `dims` accumulated in `acc` type.
+Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc);
+
+inline std::vector<Val> One(const Val& v) { return {v}; }
+
+}  // namespace torch_pjrt::lowering

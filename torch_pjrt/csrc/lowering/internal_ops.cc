@@ -1,0 +1,250 @@
+// Our own ops, never seen by the dispatcher: reading and writing strided views of a storage's
+// flat contents, dtype reinterpretation, layout changes and storage resizes. A storage's value is
+// an array whose row-major order is the storage's memory order, so every torch view is some
+// combination of slice/reshape/transpose/broadcast of it (a gather for overlapping strides).
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "lowering/helpers.h"
+
+namespace torch_pjrt::lowering {
+
+namespace {
+
+// Reinterprets the flat array `flat` (rank 1) as elements of type `to`.
+Val BitcastFlat(Emitter& e, const Val& flat, ElementType to) {
+  ElementType from = flat.dtype();
+  if (from == to) return flat;
+  if (IsComplex(from) || IsComplex(to)) {
+    throw std::invalid_argument(std::string("pjrt: reinterpreting ") + TypeName(from) + " storage as " +
+                                TypeName(to) + " is not supported");
+  }
+  // PRED has no bit width in StableHLO's bitcast; torch stores bools as bytes holding 0 or 1.
+  if (from == ElementType::kBool) return BitcastFlat(e, e.Convert(flat, ElementType::kU8), to);
+  if (to == ElementType::kBool) return e.Convert(BitcastFlat(e, flat, ElementType::kU8), ElementType::kBool);
+  size_t a = ItemSize(from), b = ItemSize(to);
+  int64_t n = flat.dims()[0];
+  if (a == b) return e.BitcastConvert(flat, TensorType{to, {n}});
+  if (a > b) {
+    int64_t k = static_cast<int64_t>(a / b);
+    Val wide = e.BitcastConvert(flat, TensorType{to, {n, k}});
+    return e.Reshape(wide, {n * k});
+  }
+  int64_t k = static_cast<int64_t>(b / a);
+  if (n % k != 0) {
+    throw std::invalid_argument("pjrt: storage size is not a multiple of the new element size");
+  }
+  Val grouped = e.Reshape(flat, {n / k, k});
+  return e.BitcastConvert(grouped, TensorType{to, {n / k}});
+}
+
+Val Flatten(Emitter& e, const Val& v) { return e.Reshape(v, {v.numel()}); }
+
+// How a strided view maps onto the flat storage when no two elements overlap: the non-trivial
+// dims sorted by decreasing stride, each stride a multiple of the next.
+struct StridedPlan {
+  bool regular = false;
+  std::vector<int64_t> order;  // original dim indices with size > 1 and stride > 0, outer first
+  Dims block;                  // dims of the reshaped window of the storage
+  int64_t span = 0;            // elements of storage covered from the offset
+};
+
+StridedPlan PlanView(const Dims& sizes, const Dims& strides) {
+  StridedPlan p;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] > 1 && strides[i] > 0) p.order.push_back(static_cast<int64_t>(i));
+  }
+  std::stable_sort(p.order.begin(), p.order.end(),
+                   [&](int64_t x, int64_t y) { return strides[x] > strides[y]; });
+  if (p.order.empty()) {
+    p.regular = true;
+    p.span = 1;
+    p.block = {1};
+    return p;
+  }
+  for (size_t j = 0; j + 1 < p.order.size(); ++j) {
+    int64_t s = strides[p.order[j]], next = strides[p.order[j + 1]];
+    if (s % next != 0 || s < next * sizes[p.order[j + 1]]) return p;  // overlapping: not regular
+  }
+  p.regular = true;
+  p.span = strides[p.order[0]] * sizes[p.order[0]];
+  p.block.push_back(sizes[p.order[0]]);
+  for (size_t j = 0; j + 1 < p.order.size(); ++j) {
+    p.block.push_back(strides[p.order[j]] / strides[p.order[j + 1]]);
+  }
+  p.block.push_back(strides[p.order.back()]);
+  return p;
+}
+
+// Flat indices (int64, shape `sizes`) of every element of a strided view.
+Val ViewIndices(Emitter& e, const Dims& sizes, const Dims& strides, int64_t offset) {
+  TensorType t{ElementType::kS64, sizes};
+  Val index = e.Full(static_cast<double>(offset), t);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] <= 1 || strides[i] == 0) continue;
+    Val iota = e.Iota(t, static_cast<int64_t>(i));
+    index = e.Binary("add", index, e.Binary("multiply", iota, e.Full(static_cast<double>(strides[i]), t)));
+  }
+  return index;
+}
+
+// Pads or truncates `flat` to `n` elements.
+Val FitLength(Emitter& e, const Val& flat, int64_t n) {
+  int64_t have = flat.dims()[0];
+  if (have == n) return flat;
+  if (have > n) return e.SliceDim(flat, 0, 0, n);
+  return e.Pad(flat, e.Scalar(0, flat.dtype()), {0}, {n - have}, {0});
+}
+
+// Reads the view (sizes, strides, offset) of the flat storage array `flat`.
+Val ReadView(Emitter& e, const Val& flat, const Dims& sizes, const Dims& strides, int64_t offset) {
+  TensorType out{flat.dtype(), sizes};
+  if (NumElements(sizes) == 0) return e.Full(0, out);
+  StridedPlan p = PlanView(sizes, strides);
+  if (!p.regular) {
+    Val idx = ViewIndices(e, sizes, strides, offset);
+    Dims idx_dims = sizes;
+    idx_dims.push_back(1);
+    Emitter::GatherDims g;
+    g.collapsed_slice_dims = {0};
+    g.start_index_map = {0};
+    g.index_vector_dim = static_cast<int64_t>(sizes.size());
+    g.slice_sizes = {1};
+    return e.Gather(flat, e.Reshape(idx, idx_dims), g, out);
+  }
+  Val window = FitLength(e, flat, std::max(flat.dims()[0], offset + p.span));
+  window = e.SliceDim(window, 0, offset, offset + p.span);
+  Val block = e.Reshape(window, p.block);
+  // Keep index 0..size-1 of every view dim and index 0 of the innermost stride dim.
+  Dims limit;
+  for (int64_t d : p.order) limit.push_back(sizes[d]);
+  limit.push_back(1);
+  Val picked = e.Slice(block, Dims(limit.size(), 0), limit, Dims(limit.size(), 1));
+  Dims sorted_sizes(limit.begin(), limit.end() - 1);
+  picked = e.Reshape(picked, sorted_sizes);
+  // Back to the view's own dim order, then broadcast over size-1 and stride-0 dims.
+  Dims perm(p.order.size(), 0);
+  std::vector<int64_t> by_dim(p.order.begin(), p.order.end());
+  std::vector<size_t> rank(p.order.size());
+  std::iota(rank.begin(), rank.end(), 0);
+  std::sort(rank.begin(), rank.end(), [&](size_t x, size_t y) { return by_dim[x] < by_dim[y]; });
+  Dims mapping;
+  for (size_t j = 0; j < rank.size(); ++j) {
+    perm[j] = static_cast<int64_t>(rank[j]);
+    mapping.push_back(by_dim[rank[j]]);
+  }
+  Val ordered = e.Transpose(picked, perm);
+  return e.BroadcastInDim(ordered, sizes, mapping);
+}
+
+// Writes `update` (shape `sizes`) into the view (sizes, strides, offset) of the flat array `flat`.
+Val WriteView(Emitter& e, const Val& flat, const Val& update, const Dims& sizes, const Dims& strides,
+              int64_t offset) {
+  if (NumElements(sizes) == 0) return flat;
+  StridedPlan p = PlanView(sizes, strides);
+  int64_t n = flat.dims()[0];
+  if (!p.regular) {
+    Val idx = ViewIndices(e, sizes, strides, offset);
+    Dims idx_dims = sizes;
+    idx_dims.push_back(1);
+    Emitter::ScatterDims s;
+    s.inserted_window_dims = {0};
+    s.scatter_dims_to_operand_dims = {0};
+    s.index_vector_dim = static_cast<int64_t>(sizes.size());
+    return e.Scatter(flat, e.Reshape(idx, idx_dims), update, s, "");
+  }
+  // Where several view elements alias one storage element (stride 0), the last write wins.
+  Val u = update;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] > 1 && strides[i] == 0) u = e.SliceDim(u, static_cast<int64_t>(i), sizes[i] - 1, sizes[i]);
+  }
+  Dims kept;  // the update's non-trivial dims in original order
+  std::vector<int64_t> kept_dims;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] > 1 && strides[i] > 0) {
+      kept.push_back(sizes[i]);
+      kept_dims.push_back(static_cast<int64_t>(i));
+    }
+  }
+  u = e.Reshape(u, kept);
+  Dims perm;  // original order -> stride order
+  for (int64_t d : p.order) {
+    perm.push_back(std::find(kept_dims.begin(), kept_dims.end(), d) - kept_dims.begin());
+  }
+  u = e.Transpose(u, perm);
+  Dims block_update;
+  for (int64_t d : p.order) block_update.push_back(sizes[d]);
+  block_update.push_back(1);
+  u = e.Reshape(u, block_update);
+  int64_t total = std::max(n, offset + p.span);
+  Val padded = FitLength(e, flat, total);
+  Val window = e.SliceDim(padded, 0, offset, offset + p.span);
+  Val block = e.Reshape(window, p.block);
+  bool covers_block = block_update == p.block;
+  Val new_block;
+  if (covers_block) {
+    new_block = u;
+  } else {
+    std::vector<Val> zeros(p.block.size(), e.Scalar(0, ElementType::kS64));
+    new_block = e.DynamicUpdateSlice(block, u, zeros);
+  }
+  Val new_window = e.Reshape(new_block, {p.span});
+  Val result;
+  if (offset == 0 && p.span == total) {
+    result = new_window;
+  } else {
+    result = e.DynamicUpdateSlice(padded, new_window, {e.Scalar(static_cast<double>(offset), ElementType::kS64)});
+  }
+  return FitLength(e, result, n);
+}
+
+// pjrt::view_read(Tensor src, int[] sizes, int[] strides, int offset, ScalarType dtype)
+std::vector<Val> LowerViewRead(LowerCtx& c) {
+  Val src = c.tensor(0);
+  ElementType dtype = c.dtype_arg(4);
+  Val flat = BitcastFlat(c.e, Flatten(c.e, src), dtype);
+  return {ReadView(c.e, flat, c.int_list(1), c.int_list(2), c.int_arg(3))};
+}
+
+// pjrt::view_write(Tensor base, Tensor update, int[] sizes, int[] strides, int offset)
+std::vector<Val> LowerViewWrite(LowerCtx& c) {
+  Val base = c.tensor(0);
+  Val update = c.tensor(1);
+  Val flat = BitcastFlat(c.e, Flatten(c.e, base), update.dtype());
+  Val written = WriteView(c.e, flat, update, c.int_list(2), c.int_list(3), c.int_arg(4));
+  Val back = BitcastFlat(c.e, written, base.dtype());
+  return {c.e.Reshape(back, base.dims())};
+}
+
+// pjrt::convert(Tensor x, ScalarType dtype)
+std::vector<Val> LowerConvert(LowerCtx& c) { return {c.e.Convert(c.tensor(0), c.dtype_arg(1))}; }
+
+// pjrt::zeros() -> out: the contents of never-written storage.
+std::vector<Val> LowerZeros(LowerCtx& c) { return {c.e.Full(0, c.out())}; }
+
+// pjrt::resize_storage(Tensor base, int new_numel): keeps the old contents, zero-fills the rest.
+std::vector<Val> LowerResizeStorage(LowerCtx& c) {
+  Val base = c.tensor(0);
+  return {FitLength(c.e, Flatten(c.e, base), c.int_arg(1))};
+}
+
+// pjrt::permute(Tensor x, int[] perm): a logical result laid out in a non-contiguous memory order.
+std::vector<Val> LowerPermute(LowerCtx& c) { return {c.e.Transpose(c.tensor(0), c.int_list(1))}; }
+
+// pjrt::expand(Tensor x, int[] sizes)
+std::vector<Val> LowerExpand(LowerCtx& c) { return {c.e.BroadcastTo(c.tensor(0), c.int_list(1))}; }
+
+}  // namespace
+
+void RegisterInternalOps(Registry& r) {
+  r.Add("pjrt::view_read", LowerViewRead);
+  r.Add("pjrt::view_write", LowerViewWrite);
+  r.Add("pjrt::convert", LowerConvert);
+  r.Add("pjrt::zeros", LowerZeros);
+  r.Add("pjrt::resize_storage", LowerResizeStorage);
+  r.Add("pjrt::permute", LowerPermute);
+  r.Add("pjrt::expand", LowerExpand);
+}
+
+}  // namespace torch_pjrt::lowering

@@ -1,0 +1,100 @@
+// The lowering table: one small function per ATen op that emits its StableHLO. To find an op's
+// lowering, grep for its schema name ("add.Tensor") under lowering/.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lowering/emitter.h"
+#include "lowering/op_args.h"
+
+namespace torch_pjrt::lowering {
+
+// What a lowering function sees of one traced op.
+class LowerCtx {
+ public:
+  LowerCtx(Emitter& e, const Arg* args, size_t num_args, const int64_t* pool, const Val* inputs,
+           const TensorType* outs, size_t num_outs)
+      : e(e), args_(args), num_args_(num_args), pool_(pool), inputs_(inputs), outs_(outs),
+        num_outs_(num_outs) {}
+
+  Emitter& e;
+
+  size_t num_args() const { return num_args_; }
+  const Arg& arg(size_t i) const;
+  bool is_none(size_t i) const { return i >= num_args_ || args_[i].kind == ArgKind::kNone; }
+  bool is_tensor(size_t i) const { return i < num_args_ && args_[i].kind == ArgKind::kTensor; }
+
+  // Tensor argument (also value scalars, which arrive as 0-d tensors).
+  Val tensor(size_t i) const;
+  // True when tensor argument i came from a Python number (it then promotes like one).
+  bool is_wrapped_number(size_t i) const;
+  std::vector<Val> tensors(size_t i) const;      // Tensor[] (None elements are skipped)
+  std::vector<Val> opt_tensors(size_t i) const;  // Tensor?[] (None elements are invalid Vals)
+  int64_t int_arg(size_t i) const;
+  int64_t int_arg(size_t i, int64_t default_value) const;
+  double double_arg(size_t i) const;
+  bool bool_arg(size_t i) const;
+  bool bool_arg(size_t i, bool default_value) const;
+  const std::string& string_arg(size_t i) const;
+  Dims int_list(size_t i) const;
+  std::vector<double> double_list(size_t i) const;
+  ElementType dtype_arg(size_t i) const;
+  // A Scalar argument as a 0-d value of type `t`, whether it was traced as a value or a constant.
+  Val scalar(size_t i, ElementType t) const;
+  double scalar_constant(size_t i) const;  // structural Scalar arguments only
+
+  size_t num_outputs() const { return num_outs_; }
+  const TensorType& out(size_t i = 0) const { return outs_[i]; }
+
+ private:
+  const Arg* args_;
+  size_t num_args_;
+  const int64_t* pool_;
+  const Val* inputs_;
+  const TensorType* outs_;
+  size_t num_outs_;
+};
+
+using LowerFn = std::vector<Val> (*)(LowerCtx&);
+
+struct OpLowering {
+  // Schema name without the "aten::" namespace ("add.Tensor", "relu"), or "pjrt::<name>" for our
+  // internal ops (views, layout changes), which are never registered with the dispatcher.
+  std::string schema;
+  LowerFn fn = nullptr;
+  // Scalar arguments that are part of the graph's identity (arange's bounds, pow's exponent).
+  // Every other Scalar is a value: a 0-d graph input, so a new value never recompiles.
+  std::vector<int> structural_scalars;
+  // Arguments the op writes although its schema has no (a!) annotation (native_batch_norm's
+  // running stats). The lowering returns their new values after the op's own results.
+  std::vector<int> extra_mutations;
+  // Op whose Meta kernel gives this op's output shapes, when its own has none.
+  std::string meta_op;
+};
+
+class Registry {
+ public:
+  OpLowering& Add(std::string schema, LowerFn fn);
+  const std::vector<OpLowering>& entries() const { return entries_; }
+
+ private:
+  std::vector<OpLowering> entries_;
+};
+
+// All lowerings, built once on first use. Indices are stable for the life of the process.
+const std::vector<OpLowering>& Table();
+// Index into Table() of `schema`, or -1.
+int FindLowering(std::string_view schema);
+
+// Per-area registration functions, one per file.
+void RegisterInternalOps(Registry& r);
+void RegisterElementwiseOps(Registry& r);
+void RegisterReductionOps(Registry& r);
+void RegisterLinalgOps(Registry& r);
+void RegisterNNOps(Registry& r);
+void RegisterIndexingOps(Registry& r);
+void RegisterFactoryOps(Registry& r);
+
+}  // namespace torch_pjrt::lowering

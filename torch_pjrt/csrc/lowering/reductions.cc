@@ -1,0 +1,362 @@
+// Reductions (sum, mean, max/min, arg max/min, var/std, norms, any/all), softmax and their
+// backward. Half types accumulate in float like torch's CPU kernels.
+#include <cmath>
+
+#include "lowering/helpers.h"
+
+namespace torch_pjrt::lowering {
+
+namespace {
+
+// Dims argument i (int[1]? or int), normalized against the input rank; None/[] means all.
+Dims ReduceDims(LowerCtx& c, size_t i, int64_t rank) {
+  if (c.is_none(i)) return NormDims({}, rank);
+  return NormDims(c.int_list(i), rank);
+}
+
+Val Finish(LowerCtx& c, const Val& reduced, const Val& input, const Dims& dims, bool keepdim,
+           size_t out = 0) {
+  Val r = keepdim ? KeepDims(c.e, reduced, input.dims(), dims) : reduced;
+  return c.e.Convert(c.e.Reshape(r, c.out(out).dims), c.out(out).dtype);
+}
+
+int64_t Count(const Val& x, const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.dims()[d];
+  return n;
+}
+
+// sum.dim_IntList(self, dim?, keepdim=False, *, dtype=None) and sum(self, *, dtype=None).
+std::vector<Val> LowerSumDim(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Dims dims = ReduceDims(c, 1, x.rank());
+  ElementType acc = Opmath(c.out().dtype);
+  return {Finish(c, SumDims(c.e, x, dims, acc), x, dims, c.bool_arg(2, false))};
+}
+std::vector<Val> LowerSum(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Dims dims = NormDims({}, x.rank());
+  return {Finish(c, SumDims(c.e, x, dims, Opmath(c.out().dtype)), x, dims, false)};
+}
+
+Val Mean(LowerCtx& c, const Val& x, const Dims& dims, ElementType acc) {
+  Val s = SumDims(c.e, x, dims, acc);
+  return c.e.Binary("divide", s, c.e.Full(static_cast<double>(Count(x, dims)), s.type));
+}
+std::vector<Val> LowerMeanDim(LowerCtx& c) {  // mean.dim(self, dim?, keepdim=False, *, dtype=None)
+  Val x = c.tensor(0);
+  Dims dims = ReduceDims(c, 1, x.rank());
+  return {Finish(c, Mean(c, x, dims, Opmath(c.out().dtype)), x, dims, c.bool_arg(2, false))};
+}
+std::vector<Val> LowerMean(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Dims dims = NormDims({}, x.rank());
+  return {Finish(c, Mean(c, x, dims, Opmath(c.out().dtype)), x, dims, false)};
+}
+
+Val ReduceMax(Emitter& e, const Val& x, const Dims& dims, bool max) {
+  Val init = e.Scalar(max ? LowestValue(x.dtype()) : HighestValue(x.dtype()), x.dtype());
+  if (x.dtype() == ElementType::kBool) {
+    return e.Reduce(x, e.Scalar(max ? 0 : 1, x.dtype()), dims, max ? "or" : "and");
+  }
+  return e.Reduce(x, init, dims, max ? "maximum" : "minimum");
+}
+std::vector<Val> LowerAmaxAmin(LowerCtx& c, bool max) {  // amax(self, dim=[], keepdim=False)
+  Val x = c.tensor(0);
+  Dims dims = ReduceDims(c, 1, x.rank());
+  return {Finish(c, ReduceMax(c.e, x, dims, max), x, dims, c.bool_arg(2, false))};
+}
+std::vector<Val> LowerAmax(LowerCtx& c) { return LowerAmaxAmin(c, true); }
+std::vector<Val> LowerAmin(LowerCtx& c) { return LowerAmaxAmin(c, false); }
+std::vector<Val> LowerMaxAll(LowerCtx& c) {
+  Val x = c.tensor(0);
+  return {Finish(c, ReduceMax(c.e, x, NormDims({}, x.rank()), true), x, {}, false)};
+}
+std::vector<Val> LowerMinAll(LowerCtx& c) {
+  Val x = c.tensor(0);
+  return {Finish(c, ReduceMax(c.e, x, NormDims({}, x.rank()), false), x, {}, false)};
+}
+
+// (value, index) of the max (or min) along `dim`; ties and NaNs resolve like torch: the first
+// index wins, and NaN counts as larger (smaller) than everything.
+std::pair<Val, Val> ArgReduce(Emitter& e, const Val& x, int64_t dim, bool max) {
+  Val idx = e.Iota(TensorType{ElementType::kS64, x.dims()}, dim);
+  ElementType t = x.dtype();
+  bool is_float = IsFloating(t);
+  Val init_v = e.Scalar(max ? LowestValue(t) : HighestValue(t), t);
+  Val init_i = e.Scalar(0, ElementType::kS64);
+  auto body = [&](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> {
+    const Val &av = a[0], &ai = a[1], &xv = a[2], &xi = a[3];
+    Val better = b.Compare(max ? "GT" : "LT", xv, av);
+    Val same = b.Compare("EQ", xv, av);
+    if (is_float) {
+      Val x_nan = b.Compare("NE", xv, xv), a_nan = b.Compare("NE", av, av);
+      Val not_a_nan = b.Unary("not", a_nan);
+      better = b.Binary("or", b.Binary("and", better, not_a_nan), b.Binary("and", x_nan, not_a_nan));
+      same = b.Binary("or", same, b.Binary("and", x_nan, a_nan));
+    }
+    Val earlier = b.Binary("and", same, b.Compare("LT", xi, ai));
+    Val take = b.Binary("or", better, earlier);
+    return {b.Select(take, xv, av), b.Select(take, xi, ai)};
+  };
+  std::vector<Val> r = e.ReduceVariadic({x, idx}, {init_v, init_i}, {dim}, body);
+  return {r[0], r[1]};
+}
+
+// argmax(self, dim=None, keepdim=False)
+std::vector<Val> LowerArgMaxMin(LowerCtx& c, bool max) {
+  Val x = c.tensor(0);
+  if (c.is_none(1)) {
+    Val flat = c.e.Reshape(x, {x.numel()});
+    return {c.e.Reshape(ArgReduce(c.e, flat, 0, max).second, c.out().dims)};
+  }
+  int64_t dim = NormDim(c.int_arg(1), x.rank());
+  if (x.rank() == 0) return {c.e.Full(0, c.out())};
+  Val idx = ArgReduce(c.e, x, dim, max).second;
+  return {c.e.Reshape(idx, c.out().dims)};
+}
+std::vector<Val> LowerArgmax(LowerCtx& c) { return LowerArgMaxMin(c, true); }
+std::vector<Val> LowerArgmin(LowerCtx& c) { return LowerArgMaxMin(c, false); }
+
+// max.dim(self, dim, keepdim=False) -> (values, indices)
+std::vector<Val> LowerMaxMinDim(LowerCtx& c, bool max) {
+  Val x = c.tensor(0);
+  if (x.rank() == 0) return {x, c.e.Full(0, c.out(1))};
+  int64_t dim = NormDim(c.int_arg(1), x.rank());
+  auto [v, i] = ArgReduce(c.e, x, dim, max);
+  return {c.e.Reshape(v, c.out(0).dims), c.e.Reshape(i, c.out(1).dims)};
+}
+std::vector<Val> LowerMaxDim(LowerCtx& c) { return LowerMaxMinDim(c, true); }
+std::vector<Val> LowerMinDim(LowerCtx& c) { return LowerMaxMinDim(c, false); }
+
+std::vector<Val> LowerProdDim(LowerCtx& c) {  // prod.dim_int(self, dim, keepdim=False, *, dtype)
+  Val x = c.tensor(0);
+  Dims dims = x.rank() == 0 ? Dims{} : Dims{NormDim(c.int_arg(1), x.rank())};
+  ElementType acc = Opmath(c.out().dtype);
+  Val r = c.e.Reduce(c.e.Convert(x, acc), c.e.Scalar(1, acc), dims, "multiply");
+  return {Finish(c, r, x, dims, c.bool_arg(2, false))};
+}
+std::vector<Val> LowerProd(LowerCtx& c) {  // prod(self, *, dtype)
+  Val x = c.tensor(0);
+  ElementType acc = Opmath(c.out().dtype);
+  Dims dims = NormDims({}, x.rank());
+  return {Finish(c, c.e.Reduce(c.e.Convert(x, acc), c.e.Scalar(1, acc), dims, "multiply"), x, dims, false)};
+}
+
+// Variance with Bessel-style correction, accumulated in opmath.
+std::pair<Val, Val> VarMean(LowerCtx& c, const Val& x, const Dims& dims, double correction) {
+  ElementType acc = Opmath(x.dtype() == ElementType::kF64 ? ElementType::kF64 : c.out().dtype);
+  Val xc = c.e.Convert(x, acc);
+  Val mean = Mean(c, xc, dims, acc);
+  Val centered = c.e.Binary("subtract", xc, c.e.BroadcastInDim(mean, xc.dims(), [&] {
+    Dims kept;
+    for (int64_t i = 0; i < xc.rank(); ++i) {
+      bool reduced = false;
+      for (int64_t d : dims) reduced |= d == i;
+      if (!reduced) kept.push_back(i);
+    }
+    return kept;
+  }()));
+  Val ss = SumDims(c.e, c.e.Binary("multiply", centered, centered), dims, acc);
+  double n = static_cast<double>(Count(x, dims)) - correction;
+  Val var = c.e.Binary("divide", ss, c.e.Full(n > 0 ? n : 0.0, ss.type));
+  return {var, mean};
+}
+double Correction(LowerCtx& c, size_t i) { return c.is_none(i) ? 1.0 : c.double_arg(i); }
+
+// var.correction(self, dim=None, *, correction=None, keepdim=False)
+std::vector<Val> LowerVar(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Dims dims = ReduceDims(c, 1, x.rank());
+  return {Finish(c, VarMean(c, x, dims, Correction(c, 2)).first, x, dims, c.bool_arg(3, false))};
+}
+std::vector<Val> LowerStd(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Dims dims = ReduceDims(c, 1, x.rank());
+  Val v = VarMean(c, x, dims, Correction(c, 2)).first;
+  return {Finish(c, c.e.Unary("sqrt", v), x, dims, c.bool_arg(3, false))};
+}
+std::vector<Val> LowerVarMean(LowerCtx& c) {  // var_mean.correction -> (var, mean)
+  Val x = c.tensor(0);
+  Dims dims = ReduceDims(c, 1, x.rank());
+  bool keep = c.bool_arg(3, false);
+  auto [v, m] = VarMean(c, x, dims, Correction(c, 2));
+  return {Finish(c, v, x, dims, keep, 0), Finish(c, m, x, dims, keep, 1)};
+}
+std::vector<Val> LowerStdMean(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Dims dims = ReduceDims(c, 1, x.rank());
+  bool keep = c.bool_arg(3, false);
+  auto [v, m] = VarMean(c, x, dims, Correction(c, 2));
+  return {Finish(c, c.e.Unary("sqrt", v), x, dims, keep, 0), Finish(c, m, x, dims, keep, 1)};
+}
+
+// linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None); ord is structural.
+std::vector<Val> LowerVectorNorm(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Dims dims = ReduceDims(c, 2, x.rank());
+  ElementType acc = Opmath(c.out().dtype);
+  Val a = c.e.Unary("abs", c.e.Convert(x, acc));
+  double ord = c.is_none(1) ? 2.0 : c.scalar_constant(1);
+  Val r;
+  if (std::isinf(ord)) {
+    r = ReduceMax(c.e, a, dims, ord > 0);
+  } else if (ord == 0) {
+    r = SumDims(c.e, c.e.Convert(c.e.Compare("NE", a, c.e.Full(0, a.type)), acc), dims, acc);
+  } else if (ord == 1) {
+    r = SumDims(c.e, a, dims, acc);
+  } else if (ord == 2) {
+    r = c.e.Unary("sqrt", SumDims(c.e, c.e.Binary("multiply", a, a), dims, acc));
+  } else {
+    Val p = c.e.Binary("power", a, c.e.Full(ord, a.type));
+    Val s = SumDims(c.e, p, dims, acc);
+    r = c.e.Binary("power", s, c.e.Full(1.0 / ord, s.type));
+  }
+  return {Finish(c, r, x, dims, c.bool_arg(3, false))};
+}
+
+// any.dims / all.dims (self, dim=None, keepdim=False), any / all (self)
+std::vector<Val> AnyAll(LowerCtx& c, bool any, bool has_dims) {
+  Val x = c.tensor(0);
+  Dims dims = has_dims ? ReduceDims(c, 1, x.rank()) : NormDims({}, x.rank());
+  Val b = c.e.Convert(x, ElementType::kBool);
+  Val r = c.e.Reduce(b, c.e.Scalar(any ? 0 : 1, ElementType::kBool), dims, any ? "or" : "and");
+  return {Finish(c, r, x, dims, has_dims && c.bool_arg(2, false))};
+}
+std::vector<Val> LowerAnyDims(LowerCtx& c) { return AnyAll(c, true, true); }
+std::vector<Val> LowerAllDims(LowerCtx& c) { return AnyAll(c, false, true); }
+std::vector<Val> LowerAny(LowerCtx& c) { return AnyAll(c, true, false); }
+std::vector<Val> LowerAll(LowerCtx& c) { return AnyAll(c, false, false); }
+std::vector<Val> LowerAnyDim(LowerCtx& c) {  // any.dim(self, int dim, keepdim=False)
+  return AnyAll(c, true, true);
+}
+std::vector<Val> LowerAllDim(LowerCtx& c) { return AnyAll(c, false, true); }
+
+// ------------------------------------------------------------ softmax
+
+// Broadcasts a keepdim-style reduction result back over `dim`.
+Val Expand(Emitter& e, const Val& reduced, const Dims& full, int64_t dim) {
+  Dims mapping;
+  for (int64_t i = 0; i < static_cast<int64_t>(full.size()); ++i) {
+    if (i != dim) mapping.push_back(i);
+  }
+  return e.BroadcastInDim(reduced, full, mapping);
+}
+
+std::vector<Val> Softmax(LowerCtx& c, bool log) {  // _softmax(self, dim, half_to_float)
+  Val x = c.tensor(0);
+  if (x.rank() == 0) return {c.e.Full(log ? 0 : 1, c.out())};
+  int64_t dim = NormDim(c.int_arg(1), x.rank());
+  ElementType acc = Opmath(c.out().dtype);
+  Emitter& e = c.e;
+  Val xc = e.Convert(x, acc);
+  Val shifted = e.Binary("subtract", xc, Expand(e, ReduceMax(e, xc, {dim}, true), xc.dims(), dim));
+  Val ex = e.Unary("exponential", shifted);
+  Val sum = Expand(e, SumDims(e, ex, {dim}, acc), xc.dims(), dim);
+  Val r = log ? e.Binary("subtract", shifted, e.Unary("log", sum)) : e.Binary("divide", ex, sum);
+  return {e.Convert(r, c.out().dtype)};
+}
+std::vector<Val> LowerSoftmax(LowerCtx& c) { return Softmax(c, false); }
+std::vector<Val> LowerLogSoftmax(LowerCtx& c) { return Softmax(c, true); }
+
+// _softmax_backward_data(grad_output, output, dim, input_dtype): y * (g - sum(g * y))
+std::vector<Val> LowerSoftmaxBackward(LowerCtx& c) {
+  Val g = c.tensor(0), y = c.tensor(1);
+  if (y.rank() == 0) return {c.e.Full(0, c.out())};
+  int64_t dim = NormDim(c.int_arg(2), y.rank());
+  ElementType acc = Opmath(c.out().dtype);
+  Emitter& e = c.e;
+  Val gc = e.Convert(g, acc), yc = e.Convert(y, acc);
+  Val dot = Expand(e, SumDims(e, e.Binary("multiply", gc, yc), {dim}, acc), yc.dims(), dim);
+  return {e.Convert(e.Binary("multiply", yc, e.Binary("subtract", gc, dot)), c.out().dtype)};
+}
+// _log_softmax_backward_data(grad_output, output, dim, input_dtype): g - exp(y) * sum(g)
+std::vector<Val> LowerLogSoftmaxBackward(LowerCtx& c) {
+  Val g = c.tensor(0), y = c.tensor(1);
+  if (y.rank() == 0) return {c.e.Full(0, c.out())};
+  int64_t dim = NormDim(c.int_arg(2), y.rank());
+  ElementType acc = Opmath(c.out().dtype);
+  Emitter& e = c.e;
+  Val gc = e.Convert(g, acc), yc = e.Convert(y, acc);
+  Val sum = Expand(e, SumDims(e, gc, {dim}, acc), yc.dims(), dim);
+  return {e.Convert(e.Binary("subtract", gc, e.Binary("multiply", e.Unary("exponential", yc), sum)),
+                    c.out().dtype)};
+}
+
+// logsumexp(self, dim, keepdim=False)
+std::vector<Val> LowerLogsumexp(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Dims dims = ReduceDims(c, 1, x.rank());
+  ElementType acc = Opmath(c.out().dtype);
+  Emitter& e = c.e;
+  Val xc = e.Convert(x, acc);
+  Val m = ReduceMax(e, xc, dims, true);
+  // A row of -inf would give inf - inf; shift by 0 there instead.
+  Val finite_m = e.Select(e.Compare("EQ", e.Unary("abs", m), e.Full(INFINITY, m.type)), e.Full(0, m.type), m);
+  Dims kept;
+  for (int64_t i = 0; i < xc.rank(); ++i) {
+    bool reduced = false;
+    for (int64_t d : dims) reduced |= d == i;
+    if (!reduced) kept.push_back(i);
+  }
+  Val shifted = e.Binary("subtract", xc, e.BroadcastInDim(finite_m, xc.dims(), kept));
+  Val s = SumDims(e, e.Unary("exponential", shifted), dims, acc);
+  Val r = e.Binary("add", e.Unary("log", s), finite_m);
+  return {Finish(c, r, x, dims, c.bool_arg(2, false))};
+}
+
+// cumsum(self, dim, *, dtype=None): a reduce_window over the prefix.
+std::vector<Val> LowerCumsum(LowerCtx& c) {
+  Val x = c.tensor(0);
+  ElementType acc = Opmath(c.out().dtype);
+  Val xc = c.e.Convert(x, acc);
+  if (x.rank() == 0) return {c.e.Convert(xc, c.out().dtype)};
+  int64_t dim = NormDim(c.int_arg(1), x.rank());
+  int64_t n = x.dims()[dim];
+  Dims window(x.rank(), 1), ones(x.rank(), 1);
+  window[dim] = n;
+  std::vector<std::pair<int64_t, int64_t>> pad(x.rank(), {0, 0});
+  pad[dim] = {n - 1, 0};
+  auto add = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("add", a[0], a[1])}; };
+  Val r = c.e.ReduceWindow({xc}, {c.e.Scalar(0, acc)}, window, ones, ones, ones, pad, add)[0];
+  return {c.e.Convert(r, c.out().dtype)};
+}
+
+}  // namespace
+
+void RegisterReductionOps(Registry& r) {
+  r.Add("sum.dim_IntList", LowerSumDim);
+  r.Add("sum", LowerSum);
+  r.Add("mean.dim", LowerMeanDim);
+  r.Add("mean", LowerMean);
+  r.Add("amax", LowerAmax);
+  r.Add("amin", LowerAmin);
+  r.Add("max", LowerMaxAll);
+  r.Add("min", LowerMinAll);
+  r.Add("max.dim", LowerMaxDim);
+  r.Add("min.dim", LowerMinDim);
+  r.Add("argmax", LowerArgmax);
+  r.Add("argmin", LowerArgmin);
+  r.Add("prod.dim_int", LowerProdDim);
+  r.Add("prod", LowerProd);
+  // The correction shapes the program (it divides by n - correction): structural.
+  r.Add("var.correction", LowerVar).structural_scalars = {2};
+  r.Add("std.correction", LowerStd).structural_scalars = {2};
+  r.Add("var_mean.correction", LowerVarMean).structural_scalars = {2};
+  r.Add("std_mean.correction", LowerStdMean).structural_scalars = {2};
+  r.Add("linalg_vector_norm", LowerVectorNorm).structural_scalars = {1};
+  r.Add("any.dims", LowerAnyDims);
+  r.Add("all.dims", LowerAllDims);
+  r.Add("any.dim", LowerAnyDim);
+  r.Add("all.dim", LowerAllDim);
+  r.Add("any", LowerAny);
+  r.Add("all", LowerAll);
+  r.Add("_softmax", LowerSoftmax);
+  r.Add("_log_softmax", LowerLogSoftmax);
+  r.Add("_softmax_backward_data", LowerSoftmaxBackward);
+  r.Add("_log_softmax_backward_data", LowerLogSoftmaxBackward);
+  r.Add("logsumexp", LowerLogsumexp);
+  r.Add("cumsum", LowerCumsum);
+}
+
+}  // namespace torch_pjrt::lowering

@@ -1,0 +1,131 @@
+#include "runtime/buffer.h"
+
+#include <array>
+#include <mutex>
+
+namespace torch_pjrt::runtime {
+
+namespace {
+
+constexpr int kMaxTrackedDevices = 256;
+std::array<std::atomic<int64_t>, kMaxTrackedDevices> g_live_bytes{};
+
+void AddLiveBytes(int device, int64_t delta) {
+  if (device >= 0 && device < kMaxTrackedDevices) g_live_bytes[device] += delta;
+}
+
+}  // namespace
+
+PJRT_Buffer_Type ToPjrtType(ElementType t) {
+  switch (t) {
+    case ElementType::kBool: return PJRT_Buffer_Type_PRED;
+    case ElementType::kS8: return PJRT_Buffer_Type_S8;
+    case ElementType::kS16: return PJRT_Buffer_Type_S16;
+    case ElementType::kS32: return PJRT_Buffer_Type_S32;
+    case ElementType::kS64: return PJRT_Buffer_Type_S64;
+    case ElementType::kU8: return PJRT_Buffer_Type_U8;
+    case ElementType::kU16: return PJRT_Buffer_Type_U16;
+    case ElementType::kU32: return PJRT_Buffer_Type_U32;
+    case ElementType::kU64: return PJRT_Buffer_Type_U64;
+    case ElementType::kF16: return PJRT_Buffer_Type_F16;
+    case ElementType::kBF16: return PJRT_Buffer_Type_BF16;
+    case ElementType::kF32: return PJRT_Buffer_Type_F32;
+    case ElementType::kF64: return PJRT_Buffer_Type_F64;
+    case ElementType::kC64: return PJRT_Buffer_Type_C64;
+    case ElementType::kC128: return PJRT_Buffer_Type_C128;
+    case ElementType::kF8E5M2: return PJRT_Buffer_Type_F8E5M2;
+    case ElementType::kF8E4M3FN: return PJRT_Buffer_Type_F8E4M3FN;
+    default: return PJRT_Buffer_Type_INVALID;
+  }
+}
+
+ElementType FromPjrtType(PJRT_Buffer_Type t) {
+  for (int i = 1; i < static_cast<int>(ElementType::kNumTypes); ++i) {
+    auto e = static_cast<ElementType>(i);
+    if (ToPjrtType(e) == t) return e;
+  }
+  return ElementType::kInvalid;
+}
+
+std::shared_ptr<Buffer> Buffer::FromHost(const std::shared_ptr<Client>& client, int device,
+                                         ElementType type, const std::vector<int64_t>& dims,
+                                         const void* data, const int64_t* byte_strides) {
+  const Plugin& plugin = client->plugin();
+  auto args = PJRT_ARGS(PJRT_Client_BufferFromHostBuffer);
+  args.client = client->raw();
+  args.data = data;
+  args.type = ToPjrtType(type);
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  if (byte_strides != nullptr) {
+    args.byte_strides = byte_strides;
+    args.num_byte_strides = dims.size();
+  }
+  // The host memory belongs to a torch tensor that may change right after we return, so PJRT
+  // must finish reading it during the call.
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  args.device = client->device(device);
+  PJRT_CALL(plugin, PJRT_Client_BufferFromHostBuffer, &args);
+  plugin.AwaitAndDestroy(args.done_with_host_buffer, "host-to-device transfer");
+  return std::make_shared<Buffer>(client, args.buffer, device);
+}
+
+Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device)
+    : client_(std::move(client)), buffer_(buffer), device_(device) {
+  const Plugin& plugin = client_->plugin();
+  auto type = PJRT_ARGS(PJRT_Buffer_ElementType);
+  type.buffer = buffer_;
+  PJRT_CALL(plugin, PJRT_Buffer_ElementType, &type);
+  type_ = FromPjrtType(type.type);
+  auto dims = PJRT_ARGS(PJRT_Buffer_Dimensions);
+  dims.buffer = buffer_;
+  PJRT_CALL(plugin, PJRT_Buffer_Dimensions, &dims);
+  dims_.assign(dims.dims, dims.dims + dims.num_dims);
+  size_t n = ItemSize(type_);
+  for (int64_t d : dims_) n *= static_cast<size_t>(d);
+  nbytes_ = n;
+  AddLiveBytes(device_, static_cast<int64_t>(nbytes_));
+}
+
+Buffer::~Buffer() {
+  AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));
+  auto destroy = PJRT_ARGS(PJRT_Buffer_Destroy);
+  destroy.buffer = buffer_;
+  PJRT_Error* error = client_->plugin().api()->PJRT_Buffer_Destroy(&destroy);
+  if (error) client_->plugin().TakeMessage(error);
+}
+
+void Buffer::ToHost(void* dst, size_t dst_size) const {
+  if (donated_) throw PjrtError("internal error: reading a buffer that was donated to an execution");
+  const Plugin& plugin = client_->plugin();
+  auto args = PJRT_ARGS(PJRT_Buffer_ToHostBuffer);
+  args.src = buffer_;
+  args.dst = dst;
+  args.dst_size = dst_size;
+  PJRT_CALL(plugin, PJRT_Buffer_ToHostBuffer, &args);
+  plugin.AwaitAndDestroy(args.event, "device-to-host transfer");
+}
+
+std::shared_ptr<Buffer> Buffer::CopyToDevice(int device) const {
+  const Plugin& plugin = client_->plugin();
+  auto args = PJRT_ARGS(PJRT_Buffer_CopyToDevice);
+  args.buffer = buffer_;
+  args.dst_device = client_->device(device);
+  PJRT_CALL(plugin, PJRT_Buffer_CopyToDevice, &args);
+  return std::make_shared<Buffer>(client_, args.dst_buffer, device);
+}
+
+void Buffer::AwaitReady() const {
+  if (donated_) return;
+  const Plugin& plugin = client_->plugin();
+  auto args = PJRT_ARGS(PJRT_Buffer_ReadyEvent);
+  args.buffer = buffer_;
+  PJRT_CALL(plugin, PJRT_Buffer_ReadyEvent, &args);
+  plugin.AwaitAndDestroy(args.event, "waiting for a device buffer");
+}
+
+int64_t Buffer::LiveBytes(int device) {
+  return device >= 0 && device < kMaxTrackedDevices ? g_live_bytes[device].load() : 0;
+}
+
+}  // namespace torch_pjrt::runtime

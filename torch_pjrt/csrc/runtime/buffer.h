@@ -1,0 +1,58 @@
+// A device buffer: an owned PJRT_Buffer plus the metadata we validate executions against (PJRT's
+// Execute does not check argument dtypes or layouts itself).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "common/dtype.h"
+#include "runtime/client.h"
+
+namespace torch_pjrt::runtime {
+
+PJRT_Buffer_Type ToPjrtType(ElementType t);
+ElementType FromPjrtType(PJRT_Buffer_Type t);
+
+class Buffer {
+ public:
+  // Copies `data` (laid out with `byte_strides`, or dense row-major when null) to `device`.
+  // Returns once the host memory may be reused.
+  static std::shared_ptr<Buffer> FromHost(const std::shared_ptr<Client>& client, int device,
+                                          ElementType type, const std::vector<int64_t>& dims,
+                                          const void* data, const int64_t* byte_strides = nullptr);
+  // Takes ownership of `buffer` (an execution output or a copy).
+  Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  // Blocks until the contents are in `dst` (row-major, `nbytes()` bytes).
+  void ToHost(void* dst, size_t dst_size) const;
+  std::shared_ptr<Buffer> CopyToDevice(int device) const;
+  void AwaitReady() const;
+  // The buffer was donated to an execution: PJRT deleted its memory, only the handle remains.
+  void MarkDonated() { donated_ = true; }
+  bool donated() const { return donated_; }
+
+  PJRT_Buffer* raw() const { return buffer_; }
+  ElementType type() const { return type_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int device() const { return device_; }
+  size_t nbytes() const { return nbytes_; }
+  const std::shared_ptr<Client>& client() const { return client_; }
+
+  // Bytes held by live buffers on each device (what memory_reserved reports).
+  static int64_t LiveBytes(int device);
+
+ private:
+  std::shared_ptr<Client> client_;
+  PJRT_Buffer* buffer_;
+  ElementType type_ = ElementType::kInvalid;
+  std::vector<int64_t> dims_;
+  int device_;
+  size_t nbytes_ = 0;
+  bool donated_ = false;
+};
+
+}  // namespace torch_pjrt::runtime

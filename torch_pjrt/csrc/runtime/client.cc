@@ -1,0 +1,101 @@
+#include "runtime/client.h"
+
+#include <algorithm>
+
+namespace torch_pjrt::runtime {
+
+Client::Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& options)
+    : plugin_(std::move(plugin)) {
+  std::vector<PJRT_NamedValue> values(options.size());
+  for (size_t i = 0; i < options.size(); ++i) {
+    const NamedOption& o = options[i];
+    PJRT_NamedValue& v = values[i];
+    std::memset(&v, 0, sizeof(v));
+    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    v.name = o.name.c_str();
+    v.name_size = o.name.size();
+    v.value_size = 1;
+    switch (o.kind) {
+      case NamedOption::Kind::kString:
+        v.type = PJRT_NamedValue_kString;
+        v.string_value = o.string_value.c_str();
+        v.value_size = o.string_value.size();
+        break;
+      case NamedOption::Kind::kInt64:
+        v.type = PJRT_NamedValue_kInt64;
+        v.int64_value = o.int_value;
+        break;
+      case NamedOption::Kind::kInt64List:
+        v.type = PJRT_NamedValue_kInt64List;
+        v.int64_array_value = o.int_list.data();
+        v.value_size = o.int_list.size();
+        break;
+      case NamedOption::Kind::kFloat:
+        v.type = PJRT_NamedValue_kFloat;
+        v.float_value = o.float_value;
+        break;
+      case NamedOption::Kind::kBool:
+        v.type = PJRT_NamedValue_kBool;
+        v.bool_value = o.bool_value;
+        break;
+    }
+  }
+  auto create = PJRT_ARGS(PJRT_Client_Create);
+  create.create_options = values.empty() ? nullptr : values.data();
+  create.num_options = values.size();
+  try {
+    PJRT_CALL(*plugin_, PJRT_Client_Create, &create);
+  } catch (const PjrtError& e) {
+    throw PjrtError("PJRT plugin '" + plugin_->name() + "' could not start a client: " + e.what(),
+                    e.code());
+  }
+  client_ = create.client;
+
+  auto name = PJRT_ARGS(PJRT_Client_PlatformName);
+  name.client = client_;
+  PJRT_CALL(*plugin_, PJRT_Client_PlatformName, &name);
+  platform_name_.assign(name.platform_name, name.platform_name_size);
+  auto version = PJRT_ARGS(PJRT_Client_PlatformVersion);
+  version.client = client_;
+  PJRT_CALL(*plugin_, PJRT_Client_PlatformVersion, &version);
+  platform_version_.assign(version.platform_version, version.platform_version_size);
+
+  auto devices = PJRT_ARGS(PJRT_Client_AddressableDevices);
+  devices.client = client_;
+  PJRT_CALL(*plugin_, PJRT_Client_AddressableDevices, &devices);
+  devices_.assign(devices.addressable_devices,
+                  devices.addressable_devices + devices.num_addressable_devices);
+  if (!devices_.empty()) {
+    auto desc = PJRT_ARGS(PJRT_Device_GetDescription);
+    desc.device = devices_[0];
+    PJRT_CALL(*plugin_, PJRT_Device_GetDescription, &desc);
+    auto kind = PJRT_ARGS(PJRT_DeviceDescription_Kind);
+    kind.device_description = desc.device_description;
+    PJRT_CALL(*plugin_, PJRT_DeviceDescription_Kind, &kind);
+    device_kind_.assign(kind.device_kind, kind.device_kind_size);
+  }
+}
+
+Client::~Client() {
+  if (client_ == nullptr) return;
+  auto destroy = PJRT_ARGS(PJRT_Client_Destroy);
+  destroy.client = client_;
+  PJRT_Error* error = plugin_->api()->PJRT_Client_Destroy(&destroy);
+  if (error) plugin_->TakeMessage(error);  // nothing useful to do with it at teardown
+}
+
+PJRT_Device* Client::device(int index) const {
+  if (index < 0 || index >= device_count()) {
+    throw PjrtError("pjrt device index " + std::to_string(index) + " is out of range: plugin '" +
+                    plugin_->name() + "' has " + std::to_string(device_count()) +
+                    " device(s), valid indices are 0.." + std::to_string(device_count() - 1));
+  }
+  return devices_[index];
+}
+
+int Client::device_index(PJRT_Device* device) const {
+  auto it = std::find(devices_.begin(), devices_.end(), device);
+  return it == devices_.end() ? -1 : static_cast<int>(it - devices_.begin());
+}
+
+}  // namespace torch_pjrt::runtime

@@ -1,0 +1,52 @@
+// A PJRT client: created from a loaded plugin with the sub-plugin's create options, it owns the
+// addressable devices. Buffers and executables keep their client alive.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/plugin.h"
+
+namespace torch_pjrt::runtime {
+
+// One PJRT_Client create option. The type is explicit because plugins read options with a fixed
+// type and some abort the process on a mismatch (the CPU plugin's cpu_device_count must be int64).
+struct NamedOption {
+  enum class Kind { kString, kInt64, kInt64List, kFloat, kBool };
+  std::string name;
+  Kind kind = Kind::kInt64;
+  std::string string_value;
+  int64_t int_value = 0;
+  std::vector<int64_t> int_list;
+  float float_value = 0;
+  bool bool_value = false;
+};
+
+class Client {
+ public:
+  Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const Plugin& plugin() const { return *plugin_; }
+  PJRT_Client* raw() const { return client_; }
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  // Throws PjrtError with the valid range when `index` is out of range.
+  PJRT_Device* device(int index) const;
+  int device_index(PJRT_Device* device) const;  // -1 if not addressable
+  const std::string& platform_name() const { return platform_name_; }
+  const std::string& platform_version() const { return platform_version_; }
+  const std::string& device_kind() const { return device_kind_; }
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  PJRT_Client* client_ = nullptr;
+  std::vector<PJRT_Device*> devices_;
+  std::string platform_name_;
+  std::string platform_version_;
+  std::string device_kind_;
+};
+
+}  // namespace torch_pjrt::runtime

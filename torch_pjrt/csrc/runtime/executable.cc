@@ -1,0 +1,226 @@
+#include "runtime/executable.h"
+
+#include <deque>
+#include <mutex>
+
+namespace torch_pjrt::runtime {
+
+namespace {
+
+// Minimal protobuf writer: CompileOptionsProto is encoded by hand so that we need no protobuf
+// library and no XLA headers.
+struct ProtoWriter {
+  std::string bytes;
+  void Varint(uint64_t v) {
+    while (v >= 0x80) {
+      bytes.push_back(static_cast<char>(v | 0x80));
+      v >>= 7;
+    }
+    bytes.push_back(static_cast<char>(v));
+  }
+  ProtoWriter& Int(int field, int64_t v) {
+    Varint(static_cast<uint64_t>(field) << 3);
+    Varint(static_cast<uint64_t>(v));
+    return *this;
+  }
+  ProtoWriter& Message(int field, const std::string& m) {
+    Varint(static_cast<uint64_t>(field) << 3 | 2);
+    Varint(m.size());
+    bytes += m;
+    return *this;
+  }
+};
+
+// Compiler errors end with a generic note about StableHLO versions that points users in the wrong
+// direction (the real error is the line:col diagnostic before it).
+std::string StripVersionTrailer(std::string message) {
+  size_t pos = message.find("Failed to parse using StableHLO");
+  if (pos != std::string::npos) {
+    size_t line_start = message.rfind('\n', pos);
+    message.erase(line_start == std::string::npos ? 0 : line_start);
+  }
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  return message;
+}
+
+struct InFlight {
+  const Client* client;
+  int device;
+  PJRT_Event* event;
+};
+std::mutex g_inflight_mutex;
+std::deque<InFlight> g_inflight;
+
+bool EventReady(const Plugin& plugin, PJRT_Event* event) {
+  auto ready = PJRT_ARGS(PJRT_Event_IsReady);
+  ready.event = event;
+  plugin.Check(plugin.api()->PJRT_Event_IsReady(&ready), "PJRT_Event_IsReady");
+  return ready.is_ready;
+}
+
+// Destroys finished events at the front of the queue so it stays short. Caller holds the mutex.
+void PruneFinished(const Plugin& plugin) {
+  while (!g_inflight.empty() && EventReady(plugin, g_inflight.front().event)) {
+    InFlight done = g_inflight.front();
+    g_inflight.pop_front();
+    plugin.AwaitAndDestroy(done.event, "device execution");
+  }
+}
+
+}  // namespace
+
+std::string PortableCompileOptions() {
+  ProtoWriter build_options;
+  build_options.Int(4, 1).Int(5, 1);  // num_replicas = 1, num_partitions = 1
+  ProtoWriter options;
+  options.Message(3, build_options.bytes).Int(4, 1);  // compile_portable_executable = true
+  return options.bytes;
+}
+
+Executable::Executable(std::shared_ptr<Client> client, PJRT_LoadedExecutable* loaded)
+    : client_(std::move(client)), loaded_(loaded) {
+  const Plugin& plugin = client_->plugin();
+  auto get = PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable);
+  get.loaded_executable = loaded_;
+  PJRT_CALL(plugin, PJRT_LoadedExecutable_GetExecutable, &get);
+  auto outputs = PJRT_ARGS(PJRT_Executable_NumOutputs);
+  outputs.executable = get.executable;
+  PJRT_CALL(plugin, PJRT_Executable_NumOutputs, &outputs);
+  num_outputs_ = outputs.num_outputs;
+  auto destroy = PJRT_ARGS(PJRT_Executable_Destroy);
+  destroy.executable = get.executable;
+  PJRT_CALL(plugin, PJRT_Executable_Destroy, &destroy);
+}
+
+Executable::~Executable() {
+  auto destroy = PJRT_ARGS(PJRT_LoadedExecutable_Destroy);
+  destroy.executable = loaded_;
+  PJRT_Error* error = client_->plugin().api()->PJRT_LoadedExecutable_Destroy(&destroy);
+  if (error) client_->plugin().TakeMessage(error);
+}
+
+std::shared_ptr<Executable> Executable::Compile(const std::shared_ptr<Client>& client,
+                                                const std::string& mlir_text) {
+  const Plugin& plugin = client->plugin();
+  PJRT_Program program;
+  std::memset(&program, 0, sizeof(program));
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.code = const_cast<char*>(mlir_text.data());
+  program.code_size = mlir_text.size();
+  static const char kFormat[] = "mlir";
+  program.format = kFormat;
+  program.format_size = sizeof(kFormat) - 1;
+  const std::string options = PortableCompileOptions();
+  auto args = PJRT_ARGS(PJRT_Client_Compile);
+  args.client = client->raw();
+  args.program = &program;
+  args.compile_options = options.data();
+  args.compile_options_size = options.size();
+  PJRT_Error* error = plugin.api()->PJRT_Client_Compile(&args);
+  if (error != nullptr) {
+    int code = -1;
+    std::string text = plugin.TakeMessage(error, &code);
+    throw PjrtError("PJRT plugin '" + plugin.name() + "' failed to compile a graph: " +
+                        StripVersionTrailer(text),
+                    code);
+  }
+  return std::shared_ptr<Executable>(new Executable(client, args.executable));
+}
+
+std::shared_ptr<Executable> Executable::Deserialize(const std::shared_ptr<Client>& client,
+                                                    const std::string& bytes) {
+  auto args = PJRT_ARGS(PJRT_Executable_DeserializeAndLoad);
+  args.client = client->raw();
+  args.serialized_executable = bytes.data();
+  args.serialized_executable_size = bytes.size();
+  PJRT_CALL(client->plugin(), PJRT_Executable_DeserializeAndLoad, &args);
+  return std::shared_ptr<Executable>(new Executable(client, args.loaded_executable));
+}
+
+std::string Executable::Serialize() const {
+  const Plugin& plugin = client_->plugin();
+  auto get = PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable);
+  get.loaded_executable = loaded_;
+  PJRT_CALL(plugin, PJRT_LoadedExecutable_GetExecutable, &get);
+  auto args = PJRT_ARGS(PJRT_Executable_Serialize);
+  args.executable = get.executable;
+  std::string bytes;
+  PJRT_Error* error = plugin.api()->PJRT_Executable_Serialize(&args);
+  if (error == nullptr) {
+    bytes.assign(args.serialized_bytes, args.serialized_bytes_size);
+    args.serialized_executable_deleter(args.serialized_executable);
+  }
+  auto destroy = PJRT_ARGS(PJRT_Executable_Destroy);
+  destroy.executable = get.executable;
+  plugin.api()->PJRT_Executable_Destroy(&destroy);
+  plugin.Check(error, "PJRT_Executable_Serialize");
+  return bytes;
+}
+
+std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_Buffer*>& args,
+                                                         int device) const {
+  const Plugin& plugin = client_->plugin();
+  std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
+  PJRT_Buffer* const* arg_list = args.data();
+  PJRT_Buffer** output_list = outputs.data();
+  PJRT_Event* complete = nullptr;
+  PJRT_ExecuteOptions options;
+  std::memset(&options, 0, sizeof(options));
+  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  auto exec = PJRT_ARGS(PJRT_LoadedExecutable_Execute);
+  exec.executable = loaded_;
+  exec.options = &options;
+  exec.argument_lists = &arg_list;
+  exec.num_devices = 1;
+  exec.num_args = args.size();
+  exec.output_lists = &output_list;
+  exec.device_complete_events = &complete;
+  exec.execute_device = client_->device(device);
+  PJRT_CALL(plugin, PJRT_LoadedExecutable_Execute, &exec);
+  {
+    std::lock_guard<std::mutex> lock(g_inflight_mutex);
+    PruneFinished(plugin);
+    if (complete != nullptr) g_inflight.push_back({client_.get(), device, complete});
+  }
+  std::vector<std::shared_ptr<Buffer>> result;
+  result.reserve(outputs.size());
+  for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(client_, b, device));
+  return result;
+}
+
+void WaitForExecutions(const Client& client, int device) {
+  std::deque<InFlight> mine;
+  {
+    std::lock_guard<std::mutex> lock(g_inflight_mutex);
+    for (auto it = g_inflight.begin(); it != g_inflight.end();) {
+      if (it->client == &client && (device < 0 || it->device == device)) {
+        mine.push_back(*it);
+        it = g_inflight.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::string first_error;
+  for (const InFlight& f : mine) {
+    try {
+      client.plugin().AwaitAndDestroy(f.event, "device execution");
+    } catch (const PjrtError& e) {
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  if (!first_error.empty()) throw PjrtError(first_error);
+}
+
+bool ExecutionsDone(const Client& client, int device) {
+  std::lock_guard<std::mutex> lock(g_inflight_mutex);
+  for (const InFlight& f : g_inflight) {
+    if (f.client == &client && (device < 0 || f.device == device) &&
+        !EventReady(client.plugin(), f.event)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace torch_pjrt::runtime

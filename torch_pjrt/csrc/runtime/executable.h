@@ -1,0 +1,50 @@
+// Compiling StableHLO text into a loaded executable, serializing it for the disk cache, and running
+// it asynchronously on one device.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/buffer.h"
+
+namespace torch_pjrt::runtime {
+
+// Serialized xla.CompileOptionsProto for a single-replica, single-partition executable that can run
+// on any addressable device (compile_portable_executable), so one compile serves every device.
+// Never empty: an empty options string aborts the CPU plugin.
+std::string PortableCompileOptions();
+
+class Executable {
+ public:
+  // Throws PjrtError with the compiler's message (line:col and the failing op) on a bad program.
+  static std::shared_ptr<Executable> Compile(const std::shared_ptr<Client>& client,
+                                             const std::string& mlir_text);
+  static std::shared_ptr<Executable> Deserialize(const std::shared_ptr<Client>& client,
+                                                 const std::string& bytes);
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  std::string Serialize() const;
+  size_t num_outputs() const { return num_outputs_; }
+
+  // Starts the program on `device` and returns its outputs at once; they become ready when the
+  // device finishes. Inputs listed in the program's tf.aliasing_output attributes are consumed.
+  std::vector<std::shared_ptr<Buffer>> Execute(const std::vector<PJRT_Buffer*>& args,
+                                               int device) const;
+
+ private:
+  Executable(std::shared_ptr<Client> client, PJRT_LoadedExecutable* loaded);
+  std::shared_ptr<Client> client_;
+  PJRT_LoadedExecutable* loaded_;
+  size_t num_outputs_ = 0;
+};
+
+// Blocks until every execution started on `device` (-1: on any device) has finished; rethrows the
+// first execution error seen.
+void WaitForExecutions(const Client& client, int device);
+// True when no execution started on `device` is still running.
+bool ExecutionsDone(const Client& client, int device);
+
+}  // namespace torch_pjrt::runtime

@@ -1,0 +1,297 @@
+"""``torch.pjrt``: the device module, shaped like ``torch.cuda`` where that makes sense.
+
+Devices, synchronization, random state, memory statistics, AMP dtypes, which sub-plugin is active,
+compile-cache and debugging settings, and ``metrics``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any, Dict, List, Optional, Union
+
+import torch
+
+from . import _C
+from . import metrics  # noqa: F401  (torch.pjrt.metrics)
+from .backends import registry
+
+_DeviceLike = Union[torch.device, str, int, None]
+
+__all__ = [
+    "is_available", "device_count", "current_device", "set_device", "device", "synchronize",
+    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
+    "set_rng_state", "get_rng_state_all", "set_rng_state_all", "get_amp_supported_dtype",
+    "is_initialized", "init", "memory_allocated", "max_memory_allocated", "memory_reserved",
+    "reset_peak_memory_stats", "memory_stats", "plugin", "platform", "plugins", "capabilities",
+    "metrics", "metrics_report", "set_fallback_warnings", "cache_dir", "set_cache_dir",
+    "set_log_compiles", "set_dump_dir", "set_max_pending_nodes", "max_pending_nodes",
+]
+
+
+def _index(device: _DeviceLike, optional: bool = True) -> int:
+    """Device index from an int, "pjrt:1", torch.device, or None (the current device)."""
+    if device is None:
+        return current_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "pjrt":
+            raise ValueError(f"expected a pjrt device, got {device}")
+        return current_device() if device.index is None else device.index
+    if isinstance(device, int):
+        return device
+    raise TypeError(f"expected a device index, a device string or torch.device, got {type(device).__name__}")
+
+
+# ---------------------------------------------------------------------------------- devices
+
+def is_available() -> bool:
+    """Whether some sub-plugin can run here (does not load any PJRT library)."""
+    try:
+        return bool(registry.candidates())
+    except RuntimeError:
+        return False
+
+
+def is_initialized() -> bool:
+    """Whether the PJRT client has been started."""
+    return _C._client_started()
+
+
+def init() -> None:
+    """Starts the PJRT client now (it otherwise starts on first device use)."""
+    _C._device_count()
+
+
+def device_count() -> int:
+    """Number of pjrt devices; 0 when no sub-plugin can run. Starts the client."""
+    if not is_available():
+        return 0
+    try:
+        return _C._device_count()
+    except RuntimeError:
+        return 0
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device: _DeviceLike) -> None:
+    """Sets the current pjrt device (where tensors created with device="pjrt" go)."""
+    index = _index(device)
+    if index < 0:
+        return
+    _C._set_device(index)
+
+
+class device:
+    """Context manager that changes the current pjrt device; a negative index or None is a no-op."""
+
+    def __init__(self, device: _DeviceLike):
+        self.idx = -1 if device is None else _index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = _C._exchange_device(self.idx)
+
+    def __exit__(self, *exc):
+        _C._set_device(self.prev_idx)
+        return False
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    """Runs everything traced so far on the device and waits for it to finish."""
+    _C._synchronize(_index(device), "synchronize", True)
+
+
+# ---------------------------------------------------------------------------------- random
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def manual_seed(seed: int) -> None:
+    _C._manual_seed(current_device(), int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    _C._manual_seed_all(int(seed))
+
+
+def seed() -> None:
+    _C._seed(current_device())
+
+
+def seed_all() -> None:
+    s = _C._seed(current_device())
+    _C._manual_seed_all(s)
+
+
+def initial_seed() -> int:
+    return _C._initial_seed(current_device())
+
+
+def get_rng_state(device: _DeviceLike = "pjrt") -> torch.Tensor:
+    """The generator state of a pjrt device as a uint8 CPU tensor (seed and offset)."""
+    state = _C._get_rng_state(_index(device))
+    return torch.frombuffer(bytearray(state), dtype=torch.uint8)
+
+
+def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = "pjrt") -> None:
+    data = new_state.to(torch.uint8).contiguous().cpu().numpy().tobytes()
+    _C._set_rng_state(_index(device), data)
+
+
+def get_rng_state_all() -> List[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+# ---------------------------------------------------------------------------------- amp
+
+def get_amp_supported_dtype() -> List[torch.dtype]:
+    """dtypes autocast may use on the active plugin."""
+    names = _active_plugin_capabilities().get("amp_dtypes", ["bfloat16", "float16"])
+    return [getattr(torch, n) for n in names]
+
+
+# ---------------------------------------------------------------------------------- memory
+
+def memory_stats(device: _DeviceLike = None) -> Dict[str, int]:
+    """allocated: bytes of live pjrt storages; reserved: bytes of materialized device buffers."""
+    return dict(_C._memory_stats(_index(device)))
+
+
+def memory_allocated(device: _DeviceLike = None) -> int:
+    return memory_stats(device)["allocated_bytes.current"]
+
+
+def max_memory_allocated(device: _DeviceLike = None) -> int:
+    return memory_stats(device)["allocated_bytes.peak"]
+
+
+def memory_reserved(device: _DeviceLike = None) -> int:
+    return memory_stats(device)["reserved_bytes.current"]
+
+
+def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
+    _C._reset_peak_memory(_index(device))
+
+
+# ---------------------------------------------------------------------------------- plugins
+
+def plugin() -> str:
+    """Name of the active sub-plugin (starts the client)."""
+    return _C._platform_info()["plugin"]
+
+
+def platform() -> Dict[str, Any]:
+    """The active plugin, its PJRT platform name and version, device kind and count."""
+    return dict(_C._platform_info())
+
+
+def plugins() -> Dict[str, Dict[str, Any]]:
+    """Every discovered sub-plugin with its availability (loads no library)."""
+    out = {}
+    for name, record in registry.discover().items():
+        out[name] = {
+            "source": record.source,
+            "available": record.available and not record.error,
+            "reason": record.error or record.reason,
+            "priority": record.plugin.priority if record.plugin else None,
+        }
+    return out
+
+
+def _active_plugin_capabilities() -> Dict[str, Any]:
+    name = None
+    if _C._client_started():
+        name = _C._platform_info()["plugin"]
+    else:
+        try:
+            name = registry.candidates()[0].name
+        except RuntimeError:
+            return {}
+    p = registry.plugin(name)
+    return p.capabilities() if p is not None else {}
+
+
+def capabilities() -> Dict[str, Any]:
+    """Capabilities of the active (or to-be-selected) sub-plugin."""
+    return _active_plugin_capabilities()
+
+
+# ---------------------------------------------------------------------------------- settings
+
+def metrics_report() -> str:
+    return metrics.report()
+
+
+def set_fallback_warnings(enabled: bool) -> None:
+    """Whether the first CPU fallback of each op warns (default on)."""
+    _C._set_fallback_warnings(bool(enabled))
+
+
+def cache_dir() -> Optional[str]:
+    """The persistent compile cache directory, or None when disabled."""
+    return _C._cache_dir() or None
+
+
+def set_cache_dir(path: Optional[str]) -> None:
+    """Where compiled graphs persist across processes; None disables the disk cache."""
+    _C._set_cache_dir("" if path is None else os.fspath(path))
+
+
+def set_log_compiles(enabled: bool) -> None:
+    """Explain every compile on stderr (as TORCH_PJRT_LOG_COMPILES=1)."""
+    _C._set_log_compiles(bool(enabled))
+
+
+def set_dump_dir(path: Optional[str]) -> None:
+    """Write the StableHLO of every compiled graph to `path` (as TORCH_PJRT_DUMP_DIR)."""
+    if path:
+        os.makedirs(path, exist_ok=True)
+    _C._set_dump_dir("" if path is None else os.fspath(path))
+
+
+def max_pending_nodes() -> int:
+    return _C._max_pending_nodes()
+
+
+def set_max_pending_nodes(n: int) -> None:
+    """Largest trace (in ops) before it is synced automatically, bounding memory."""
+    _C._set_max_pending_nodes(int(n))
+
+
+# ---------------------------------------------------------------------------------- internals
+
+def _user_frame() -> str:
+    """The innermost stack frame outside torch and torch_pjrt: who forced this sync."""
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(skip) and not filename.startswith("<frozen"):
+            return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+_C._set_source_location_provider(_user_frame)
+
+
+def _shutdown() -> None:
+    _C._shutdown()
+    for record in registry.discover().values() if registry._records is not None else []:
+        if record.plugin is not None:
+            try:
+                record.plugin.shutdown()
+            except Exception:
+                pass

@@ -1,0 +1,65 @@
+"""``torch.pjrt.metrics``: what the device did.
+
+Counters: graphs compiled, cache hits (memory, disk), StableHLO lowerings, executions, donated
+buffers, transfers (count and bytes, both ways), CPU fallbacks per op (``aten::<op>``), syncs by
+cause (``Sync::<cause>``), nodes traced. Timers: compile, lowering, execute launch, transfers, sync.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+from . import _C
+
+__all__ = ["counters", "timers", "counter", "fallbacks", "syncs", "report", "reset"]
+
+
+def counters() -> Dict[str, int]:
+    """Every counter by name."""
+    return dict(_C._counters())
+
+
+def counter(name: str) -> int:
+    """One counter (0 if it never moved)."""
+    return counters().get(name, 0)
+
+
+def timers() -> Dict[str, Tuple[int, float, float]]:
+    """name -> (count, total seconds, max seconds)."""
+    return {k: (c, total / 1e9, mx / 1e9) for k, (c, total, mx) in _C._timers().items()}
+
+
+def fallbacks() -> Dict[str, int]:
+    """CPU fallback calls per op, e.g. {"aten::nonzero": 3}."""
+    return {k: v for k, v in counters().items() if k.startswith("aten::")}
+
+
+def syncs() -> Dict[str, int]:
+    """Syncs by cause, e.g. {"item": 10, "to_cpu": 1}."""
+    return {k[len("Sync::"):]: v for k, v in counters().items() if k.startswith("Sync::")}
+
+
+def reset() -> None:
+    _C._reset_metrics()
+
+
+def report() -> str:
+    """A readable summary of every counter and timer."""
+    lines = ["torch_pjrt metrics", "  counters:"]
+    c = counters()
+    for name in sorted(k for k in c if not k.startswith(("aten::", "Sync::"))):
+        lines.append(f"    {name:<28} {c[name]}")
+    sync = syncs()
+    if sync:
+        lines.append("  syncs by cause:")
+        for name, v in sorted(sync.items()):
+            lines.append(f"    {name:<28} {v}")
+    fb = fallbacks()
+    lines.append("  CPU fallbacks:" + ("" if fb else " none"))
+    for name, v in sorted(fb.items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {name:<28} {v}")
+    lines.append("  timers (count, total, max):")
+    for name, (count, total, mx) in sorted(timers().items()):
+        if count:
+            lines.append(f"    {name:<28} {count:>6}  {total * 1e3:10.2f} ms  {mx * 1e3:8.2f} ms")
+    return "\n".join(lines)
