@@ -21,7 +21,9 @@ bool g_warnings = [] {
   return !(env && (std::string(env) == "0" || std::string(env) == "false"));
 }();
 
-void PjrtCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+}  // namespace
+
+void RunCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.schema().operator_name();
   std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
   graph::Metrics::Increment(graph::Counter::kFallbackOps);
@@ -41,13 +43,11 @@ void PjrtCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack, /*error_on_views=*/false);
 }
 
-}  // namespace
-
 bool FallbackWarningsEnabled() { return g_warnings; }
 void SetFallbackWarningsEnabled(bool enabled) { g_warnings = enabled; }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&PjrtCpuFallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&RunCpuFallback>());
 }
 
 }  // namespace torch_pjrt::aten

@@ -1,9 +1,12 @@
 #pragma once
 
-#include <set>
-#include <string>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 namespace torch_pjrt::aten {
+
+// Runs `op` on the CPU with its pjrt tensors copied over and results copied back; counted per op
+// and warned about once per op (unless disabled).
+void RunCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Whether the first CPU fallback of each op warns (TORCH_PJRT_FALLBACK_WARNINGS=0 turns it off).
 bool FallbackWarningsEnabled();

@@ -5,6 +5,8 @@
 // their destination storages.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
 
@@ -12,6 +14,7 @@
 #include <functional>
 #include <unordered_map>
 
+#include "aten/fallback.h"
 #include "aten/lazy_tensor.h"
 #include "aten/lowered_kernel.h"
 #include "aten/op_signature.h"
@@ -26,6 +29,7 @@ using graph::Arg;
 using graph::ArgKind;
 
 struct OutSpec {
+  bool defined = true;  // false for results the op leaves undefined (masked-out gradients)
   c10::ScalarType dtype;
   c10::SmallVector<int64_t, 6> sizes;
   c10::SmallVector<int64_t, 6> strides;
@@ -125,25 +129,66 @@ c10::IValue ToMetaIValue(const c10::IValue& iv) {
 }
 
 OutSpec SpecOf(const at::Tensor& t) {
-  return OutSpec{t.scalar_type(), c10::SmallVector<int64_t, 6>(t.sizes().begin(), t.sizes().end()),
+  if (!t.defined()) return OutSpec{false, c10::ScalarType::Float, {}, {}};
+  return OutSpec{true, t.scalar_type(), c10::SmallVector<int64_t, 6>(t.sizes().begin(), t.sizes().end()),
                  c10::SmallVector<int64_t, 6>(t.strides().begin(), t.strides().end())};
+}
+
+// Ops whose own Meta kernel is missing get their shapes from an equivalent op.
+using MetaOverride = void (*)(c10::ArrayRef<c10::IValue> meta_args, torch::jit::Stack* results);
+
+void ConvolutionBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  // convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation,
+  //   transposed, output_padding, groups, output_mask) == convolution_backward with bias_sizes.
+  const at::Tensor& w = a[2].toTensor();
+  int64_t bias = a[6].toBool() ? w.size(1) * a[8].toInt() : w.size(0);
+  auto mask = a[9].to<std::array<bool, 3>>();
+  auto r = at::convolution_backward(a[0].toTensor(), a[1].toTensor(), w, std::vector<int64_t>{bias},
+                                    a[3].toIntVector(), a[4].toIntVector(), a[5].toIntVector(),
+                                    a[6].toBool(), a[7].toIntVector(), a[8].toInt(), mask);
+  results->push_back(std::get<0>(r));
+  results->push_back(std::get<1>(r));
+  results->push_back(std::get<2>(r));
+}
+
+MetaOverride FindMetaOverride(const std::string& name) {
+  if (name == "aten::convolution_backward_overrideable") return &ConvolutionBackwardMeta;
+  return nullptr;
 }
 
 MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   c10::DispatchKeySet meta_keys(c10::DispatchKey::Meta);
   MetaResult result;
   torch::jit::Stack stack;
-  for (size_t i = 0; i < sig.num_functional_args; ++i) stack.push_back(ToMetaIValue(args[i]));
-  sig.meta.redispatchBoxed(meta_keys, &stack);
+  if (sig.meta_runs_op) {
+    for (size_t i = 0; i < sig.num_args; ++i) {
+      const c10::IValue& iv = args[i];
+      bool is_out = i >= sig.num_functional_args && iv.isTensor() && iv.toTensor().defined();
+      stack.push_back(is_out ? c10::IValue(at::empty({0}, iv.toTensor().options().device(c10::kMeta)))
+                             : ToMetaIValue(iv));
+    }
+    sig.op.redispatchBoxed(meta_keys, &stack);
+  } else {
+    for (size_t i = 0; i < sig.num_functional_args; ++i) stack.push_back(ToMetaIValue(args[i]));
+    if (MetaOverride override_fn = FindMetaOverride(sig.name)) {
+      torch::jit::Stack results;
+      override_fn(stack, &results);
+      stack = std::move(results);
+    } else {
+      sig.meta.redispatchBoxed(meta_keys, &stack);
+    }
+  }
   for (const c10::IValue& r : stack) {
-    if (r.isTensor()) {
+    if (r.isNone()) {
+      result.outputs.push_back(SpecOf(at::Tensor()));
+    } else if (r.isTensor()) {
       result.outputs.push_back(SpecOf(r.toTensor()));
     } else if (r.isTensorList()) {
       result.list_return = true;
       for (const at::Tensor& t : r.toTensorList()) result.outputs.push_back(SpecOf(t));
     }
   }
-  if (sig.variant != Variant::kFunctional) {
+  if (sig.variant != Variant::kFunctional && !sig.meta_runs_op) {
     // The variant's own Meta kernel performs torch's checks (in-place broadcast and dtype
     // casting rules, out= dtype rules) with torch's messages. Out tensors are passed empty so
     // their resize warning comes from the real resize below, once per call.
@@ -162,16 +207,24 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   return result;
 }
 
-// Memoized meta results. Bounded: cleared wholesale when it grows past the limit.
-const MetaResult& CachedMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  static auto* cache = new std::unordered_map<uint64_t, MetaResult>();
+// Memoized meta results (null: the op has no meta result for these inputs, e.g. a data-dependent
+// shape). Bounded: cleared wholesale when it grows past the limit.
+const MetaResult* CachedMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  static auto* cache = new std::unordered_map<uint64_t, std::optional<MetaResult>>();
   uint64_t key = Mix(0x6d657461, reinterpret_cast<uintptr_t>(&sig));
   for (size_t i = 0; i < sig.num_args; ++i) key = HashIValue(key, args[i], sig.roles[i]);
   auto it = cache->find(key);
-  if (it != cache->end()) return it->second;
-  MetaResult r = RunMeta(sig, args);
+  if (it != cache->end()) return it->second ? &*it->second : nullptr;
+  std::optional<MetaResult> r;
+  try {
+    r = RunMeta(sig, args);
+  } catch (const c10::Error&) {
+    // No shapes without running the op: data-dependent shapes (boolean masks), ops whose Meta
+    // kernel is missing, or invalid arguments. The CPU path computes it or raises torch's error.
+  }
   if (cache->size() > 200000) cache->clear();
-  return cache->emplace(key, std::move(r)).first->second;
+  const auto& stored = cache->emplace(key, std::move(r)).first->second;
+  return stored ? &*stored : nullptr;
 }
 
 // ---------------------------------------------------------------- tracing
@@ -328,7 +381,12 @@ class LoweredKernel final : public c10::OperatorKernel {
     const OpSignature& sig = sig_;
     c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, sig.num_args);
     int device = FindDevice(sig, args);
-    const MetaResult& meta = CachedMeta(sig, args);
+    const MetaResult* meta_ptr = CachedMeta(sig, args);
+    if (meta_ptr == nullptr) {
+      RunCpuFallback(op, stack);
+      return;
+    }
+    const MetaResult& meta = *meta_ptr;
 
     graph::GraphLock lock;
     NodeBuilder b{device, {}, {}, {}};
@@ -364,7 +422,9 @@ class LoweredKernel final : public c10::OperatorKernel {
     }
     std::vector<graph::TensorType> out_types;
     for (const OutSpec& o : meta.outputs) {
-      out_types.push_back(graph::TensorType{ToElementType(o.dtype), Dims(o.sizes.begin(), o.sizes.end())});
+      // Undefined results get an invalid type: the lowering may skip them.
+      out_types.push_back(o.defined ? graph::TensorType{ToElementType(o.dtype), Dims(o.sizes.begin(), o.sizes.end())}
+                                    : graph::TensorType{});
     }
     std::vector<at::Tensor> mutated;  // extra mutations whose argument is present
     for (int a : sig.extra_mutations) {
@@ -391,6 +451,10 @@ class LoweredKernel final : public c10::OperatorKernel {
         std::vector<at::Tensor> results;
         for (size_t j = 0; j < meta.outputs.size(); ++j) {
           const OutSpec& o = meta.outputs[j];
+          if (!o.defined) {
+            results.emplace_back();
+            continue;
+          }
           at::Tensor t = EmptyStrided(o.sizes, o.strides, o.dtype, device);
           if (t.numel() > 0) WriteValue(t, values[j]);
           results.push_back(std::move(t));

@@ -107,8 +107,28 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
     sig.roles.push_back(role);
     sig.defaults.push_back(a.default_value());
   }
-  if (op == functional) {
+  bool has_out_args = std::any_of(s.arguments().begin(), s.arguments().end(),
+                                  [](const c10::Argument& a) { return a.is_out(); });
+  if (op == functional && has_out_args) {
+    // An out= op lowered directly (arange.start_out): its own Meta kernel sizes the outputs.
+    sig.variant = Variant::kOut;
+    sig.meta_runs_op = true;
+    for (size_t i = 0; i < sig.num_args; ++i) {
+      if (s.arguments()[i].is_out()) sig.out_args.push_back(static_cast<int>(i));
+    }
+    sig.num_functional_args = static_cast<size_t>(sig.out_args.front());
+    sig.num_returns = sig.out_args.size();
+  } else if (op == functional) {
     sig.variant = Variant::kFunctional;
+    // A lowered op that writes some arguments itself (_native_batch_norm_legit's running stats):
+    // the lowering returns their new values after its results, like extra_mutations.
+    for (size_t i = 0; i < sig.num_args; ++i) {
+      if (IsWritten(s.arguments()[i]) &&
+          std::find(sig.extra_mutations.begin(), sig.extra_mutations.end(), static_cast<int>(i)) ==
+              sig.extra_mutations.end()) {
+        sig.extra_mutations.push_back(static_cast<int>(i));
+      }
+    }
   } else if (sig.num_args == sig.num_functional_args) {
     sig.variant = Variant::kInplace;
   } else {

@@ -39,6 +39,7 @@ struct OpSignature {
   std::vector<int> out_args;                // kOut: indices of the out= arguments
   std::vector<int> extra_mutations;         // from the lowering entry
   size_t num_returns = 0;                   // of `functional`
+  bool meta_runs_op = false;                // `op` is an out= op lowered directly (no functional)
 
   OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional, c10::OperatorHandle meta)
       : op(std::move(op)), functional(std::move(functional)), meta(std::move(meta)) {}

@@ -170,8 +170,9 @@ void WriteTensor(LazyStorage* s, const TensorView& view, Value v) {
 }
 
 Value BufferValue(std::shared_ptr<runtime::Buffer> buffer) {
-  DeviceTrace& trace = Trace(buffer->device());
-  NodeRef param = MakeParamNode(buffer->device(), std::move(buffer), static_cast<int>(trace.params.size()));
+  int device = buffer->device();
+  DeviceTrace& trace = Trace(device);
+  NodeRef param = MakeParamNode(device, std::move(buffer), static_cast<int>(trace.params.size()));
   trace.params.push_back(param);
   return Value{std::move(param), 0};
 }

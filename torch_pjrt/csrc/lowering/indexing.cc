@@ -1,4 +1,10 @@
-// Indexing and data movement: cat, index_select, gather, scatter, clone, fill.
+// Indexing and data movement: cat, index_select, gather/scatter, advanced indexing (index,
+// index_put), embedding backward, flip/roll/pad/repeat/tril/triu, clone and fill.
+// Indices are not range-checked on the device (XLA clamps out-of-range gathers); negative indices
+// wrap like torch's where torch allows them.
+#include <algorithm>
+#include <stdexcept>
+
 #include "lowering/helpers.h"
 
 namespace torch_pjrt::lowering {
@@ -12,6 +18,342 @@ std::vector<Val> LowerFill(LowerCtx& c) {  // fill.Scalar / fill.Tensor(self, va
 }
 std::vector<Val> LowerZero(LowerCtx& c) { return {c.e.Full(0, c.out())}; }  // zero(self)
 
+// cat(tensors, dim=0): legacy 1-D empty tensors are skipped, as torch does.
+std::vector<Val> LowerCat(LowerCtx& c) {
+  std::vector<Val> parts;
+  const TensorType& out = c.out();
+  int64_t dim = NormDim(c.int_arg(1, 0), static_cast<int64_t>(out.dims.size()));
+  for (const Val& v : c.tensors(0)) {
+    if (v.rank() == 1 && v.dims()[0] == 0 && out.dims.size() != 1) continue;
+    if (v.numel() == 0) continue;
+    parts.push_back(c.e.Convert(v, out.dtype));
+  }
+  if (parts.empty()) return {c.e.Full(0, out)};
+  return {c.e.Concatenate(parts, dim)};
+}
+
+// Wraps negative indices into [0, size).
+Val WrapIndex(Emitter& e, const Val& index, int64_t size) {
+  Val i = e.Convert(index, ElementType::kS64);
+  Val zero = e.Full(0, i.type);
+  return e.Select(e.Compare("LT", i, zero), e.Binary("add", i, e.Full(static_cast<double>(size), i.type)), i);
+}
+
+// index_select(self, dim, index)
+std::vector<Val> LowerIndexSelect(LowerCtx& c) {
+  Val x = c.tensor(0);
+  if (x.rank() == 0) return {c.e.Reshape(x, c.out().dims)};
+  int64_t dim = NormDim(c.int_arg(1), x.rank());
+  Val idx = c.tensor(2);
+  int64_t k = idx.numel();
+  Val indices = c.e.Reshape(WrapIndex(c.e, idx, x.dims()[dim]), {k, 1});
+  Emitter::GatherDims g;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i != dim) g.offset_dims.push_back(i);
+  }
+  g.collapsed_slice_dims = {dim};
+  g.start_index_map = {dim};
+  g.index_vector_dim = 1;
+  g.slice_sizes = x.dims();
+  g.slice_sizes[dim] = 1;
+  Dims out_dims = x.dims();
+  out_dims[dim] = k;
+  Val r = c.e.Gather(x, indices, g, TensorType{x.dtype(), out_dims});
+  return {c.e.Reshape(r, c.out().dims)};
+}
+
+// Full coordinates [..., rank] for gather/scatter along `dim`: `index` there, iota elsewhere.
+Val DimIndices(Emitter& e, const Val& index, int64_t dim, int64_t rank, int64_t size) {
+  Dims shape = index.dims();
+  Dims with_vec = shape;
+  with_vec.push_back(1);
+  std::vector<Val> parts;
+  for (int64_t d = 0; d < rank; ++d) {
+    Val comp = d == dim ? WrapIndex(e, index, size) : e.Iota(TensorType{ElementType::kS64, shape}, d);
+    parts.push_back(e.Reshape(comp, with_vec));
+  }
+  return e.Concatenate(parts, static_cast<int64_t>(shape.size()));
+}
+
+// gather(self, dim, index, *, sparse_grad=False)
+std::vector<Val> LowerGather(LowerCtx& c) {
+  Val x = c.tensor(0), index = c.tensor(2);
+  if (x.rank() == 0) return {c.e.Reshape(x, c.out().dims)};
+  int64_t dim = NormDim(c.int_arg(1), x.rank());
+  if (index.numel() == 0) return {c.e.Full(0, c.out())};
+  Val coords = DimIndices(c.e, index, dim, x.rank(), x.dims()[dim]);
+  Emitter::GatherDims g;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    g.collapsed_slice_dims.push_back(i);
+    g.start_index_map.push_back(i);
+  }
+  g.index_vector_dim = index.rank();
+  g.slice_sizes = Dims(x.rank(), 1);
+  return {c.e.Gather(x, coords, g, TensorType{x.dtype(), index.dims()})};
+}
+
+// Scatter along `dim` at `index` of `updates` (shape of index) into x.
+Val ScatterDim(Emitter& e, const Val& x, int64_t dim, const Val& index, const Val& updates,
+               std::string_view combine) {
+  if (index.numel() == 0) return x;
+  Val coords = DimIndices(e, index, dim, x.rank(), x.dims()[dim]);
+  Emitter::ScatterDims s;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    s.inserted_window_dims.push_back(i);
+    s.scatter_dims_to_operand_dims.push_back(i);
+  }
+  s.index_vector_dim = index.rank();
+  return e.Scatter(x, coords, updates, s, combine);
+}
+
+// The part of `src` covered by `index` (scatter only reads src where index has entries).
+Val SrcForIndex(Emitter& e, const Val& src, const Val& index, ElementType t) {
+  Val s = e.Convert(src, t);
+  if (s.dims() == index.dims()) return s;
+  return e.Slice(s, Dims(s.rank(), 0), index.dims(), Dims(s.rank(), 1));
+}
+
+std::vector<Val> ScatterOp(LowerCtx& c, std::string_view combine, bool value_arg) {
+  Val x = c.tensor(0), index = c.tensor(2);
+  if (x.rank() == 0) {
+    Val u = value_arg ? c.scalar(3, x.dtype()) : c.e.Reshape(c.e.Convert(c.tensor(3), x.dtype()), {});
+    return {combine.empty() ? u : c.e.Binary(combine, x, u)};
+  }
+  int64_t dim = NormDim(c.int_arg(1), x.rank());
+  Val updates = value_arg ? c.e.BroadcastTo(c.scalar(3, x.dtype()), index.dims())
+                          : SrcForIndex(c.e, c.tensor(3), index, x.dtype());
+  return {ScatterDim(c.e, x, dim, index, updates, combine)};
+}
+std::vector<Val> LowerScatterSrc(LowerCtx& c) { return ScatterOp(c, "", false); }
+std::vector<Val> LowerScatterValue(LowerCtx& c) { return ScatterOp(c, "", true); }
+std::vector<Val> LowerScatterAdd(LowerCtx& c) { return ScatterOp(c, "add", false); }
+std::string_view ReduceOp(const std::string& reduce) {
+  if (reduce == "add" || reduce == "sum") return "add";
+  if (reduce == "multiply" || reduce == "prod") return "multiply";
+  if (reduce == "amax") return "maximum";
+  if (reduce == "amin") return "minimum";
+  throw std::invalid_argument("unsupported scatter reduce '" + reduce + "'");
+}
+std::vector<Val> LowerScatterReduce(LowerCtx& c) {  // scatter.reduce(self, dim, index, src, *, reduce)
+  return ScatterOp(c, ReduceOp(c.string_arg(4)), false);
+}
+std::vector<Val> LowerScatterValueReduce(LowerCtx& c) {
+  return ScatterOp(c, ReduceOp(c.string_arg(4)), true);
+}
+
+// ------------------------------------------------------------ advanced indexing
+
+struct AdvancedIndex {
+  Val coords;               // [B..., k] int64 coordinates into the indexed dims
+  Dims indexed;             // which dims of self are indexed
+  Dims broadcast;           // B
+  Emitter::GatherDims g;    // for gather; scatter uses the matching fields
+  Dims result_dims;
+};
+
+AdvancedIndex PlanIndex(LowerCtx& c, const Val& x, const std::vector<Val>& indices) {
+  Emitter& e = c.e;
+  AdvancedIndex a;
+  std::vector<Val> present;
+  for (size_t d = 0; d < indices.size(); ++d) {
+    if (indices[d].valid()) {
+      a.indexed.push_back(static_cast<int64_t>(d));
+      present.push_back(indices[d]);
+    }
+  }
+  // Broadcast shape of every index tensor (numpy rules, aligned from the right).
+  for (const Val& v : present) {
+    Dims d = v.dims();
+    while (a.broadcast.size() < d.size()) a.broadcast.insert_at(0, 1);
+    size_t off = a.broadcast.size() - d.size();
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (a.broadcast[off + i] == 1) a.broadcast[off + i] = d[i];
+    }
+  }
+  Dims with_vec = a.broadcast;
+  with_vec.push_back(1);
+  std::vector<Val> parts;
+  for (size_t k = 0; k < present.size(); ++k) {
+    Val wrapped = WrapIndex(e, present[k], x.dims()[a.indexed[k]]);
+    parts.push_back(e.Reshape(e.BroadcastTo(wrapped, a.broadcast), with_vec));
+  }
+  int64_t nb = static_cast<int64_t>(a.broadcast.size());
+  a.coords = e.Concatenate(parts, nb);
+  bool consecutive = true;
+  for (size_t k = 1; k < a.indexed.size(); ++k) consecutive &= a.indexed[k] == a.indexed[k - 1] + 1;
+  // Output: with consecutive indexed dims the broadcast dims replace them in place; otherwise
+  // they go first (torch/numpy rule).
+  int64_t first = consecutive ? a.indexed[0] : 0;
+  int64_t pos = 0;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    bool is_indexed = std::find(a.indexed.begin(), a.indexed.end(), d) != a.indexed.end();
+    if (is_indexed) continue;
+    int64_t out_pos = (consecutive && d < first) ? pos : pos + nb;
+    a.g.offset_dims.push_back(out_pos);
+    ++pos;
+  }
+  for (int64_t d : a.indexed) {
+    a.g.collapsed_slice_dims.push_back(d);
+    a.g.start_index_map.push_back(d);
+  }
+  a.g.index_vector_dim = nb;
+  a.g.slice_sizes = x.dims();
+  for (int64_t d : a.indexed) a.g.slice_sizes[d] = 1;
+  // Result dims in order.
+  size_t total = a.g.offset_dims.size() + a.broadcast.size();
+  a.result_dims.resize(total, 0);
+  std::vector<bool> is_offset(total, false);
+  size_t k = 0;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (std::find(a.indexed.begin(), a.indexed.end(), d) != a.indexed.end()) continue;
+    a.result_dims[a.g.offset_dims[k]] = x.dims()[d];
+    is_offset[a.g.offset_dims[k]] = true;
+    ++k;
+  }
+  size_t b = 0;
+  for (size_t i = 0; i < total; ++i) {
+    if (!is_offset[i]) a.result_dims[i] = a.broadcast[b++];
+  }
+  return a;
+}
+
+// index.Tensor(self, indices): integer index tensors (bool masks take the CPU path: their result
+// shape depends on data).
+std::vector<Val> LowerIndex(LowerCtx& c) {
+  Val x = c.tensor(0);
+  std::vector<Val> indices = c.opt_tensors(1);
+  for (const Val& v : indices) {
+    if (v.valid() && (v.dtype() == ElementType::kBool || v.dtype() == ElementType::kU8)) {
+      throw std::invalid_argument("boolean mask indices have data-dependent shapes");
+    }
+  }
+  AdvancedIndex a = PlanIndex(c, x, indices);
+  Val r = c.e.Gather(x, a.coords, a.g, TensorType{x.dtype(), a.result_dims});
+  return {c.e.Reshape(r, c.out().dims)};
+}
+
+// index_put(self, indices, values, accumulate=False) and _index_put_impl (+ unsafe)
+std::vector<Val> LowerIndexPut(LowerCtx& c) {
+  Val x = c.tensor(0);
+  std::vector<Val> indices = c.opt_tensors(1);
+  AdvancedIndex a = PlanIndex(c, x, indices);
+  Val values = c.e.BroadcastTo(c.e.Convert(c.tensor(2), x.dtype()), a.result_dims);
+  Emitter::ScatterDims s;
+  s.update_window_dims = a.g.offset_dims;
+  s.inserted_window_dims = a.g.collapsed_slice_dims;
+  s.scatter_dims_to_operand_dims = a.g.start_index_map;
+  s.index_vector_dim = a.g.index_vector_dim;
+  bool accumulate = c.bool_arg(3, false);
+  return {c.e.Scatter(x, a.coords, values, s, accumulate ? "add" : "")};
+}
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+std::vector<Val> LowerEmbeddingBackward(LowerCtx& c) {
+  Val g = c.tensor(0), idx = c.tensor(1);
+  Emitter& e = c.e;
+  int64_t num_weights = c.int_arg(2), padding_idx = c.int_arg(3);
+  int64_t n = idx.numel();
+  int64_t d = c.out().dims[1];
+  ElementType acc = Opmath(c.out().dtype);
+  Val rows = e.Reshape(e.Convert(g, acc), {n, d});
+  Val flat_idx = e.Convert(e.Reshape(idx, {n}), ElementType::kS64);
+  Val keep = e.Compare("NE", flat_idx, e.Full(static_cast<double>(padding_idx), flat_idx.type));
+  rows = e.Select(e.BroadcastInDim(keep, rows.dims(), {0}), rows, e.Full(0, rows.type));
+  if (c.bool_arg(4)) {
+    // Divide each row by how often its index occurs.
+    Emitter::ScatterDims s1;
+    s1.inserted_window_dims = {0};
+    s1.scatter_dims_to_operand_dims = {0};
+    s1.index_vector_dim = 1;
+    Val counts = e.Scatter(e.Full(0, TensorType{acc, {num_weights}}), e.Reshape(flat_idx, {n, 1}),
+                           e.Full(1, TensorType{acc, {n}}), s1, "add");
+    Emitter::GatherDims g1;
+    g1.collapsed_slice_dims = {0};
+    g1.start_index_map = {0};
+    g1.index_vector_dim = 1;
+    g1.slice_sizes = {1};
+    Val per_row = e.Gather(counts, e.Reshape(flat_idx, {n, 1}), g1, TensorType{acc, {n}});
+    rows = e.Binary("divide", rows, e.BroadcastInDim(per_row, rows.dims(), {0}));
+  }
+  Emitter::ScatterDims s;
+  s.update_window_dims = {1};
+  s.inserted_window_dims = {0};
+  s.scatter_dims_to_operand_dims = {0};
+  s.index_vector_dim = 1;
+  Val out = e.Scatter(e.Full(0, TensorType{acc, {num_weights, d}}), e.Reshape(flat_idx, {n, 1}), rows, s, "add");
+  return {e.Convert(out, c.out().dtype)};
+}
+
+// ------------------------------------------------------------ reshaping data
+
+std::vector<Val> LowerFlip(LowerCtx& c) {  // flip(self, dims)
+  Val x = c.tensor(0);
+  return {c.e.Reverse(x, NormDims(c.int_list(1), x.rank(), false))};
+}
+
+Val RollDim(Emitter& e, const Val& x, int64_t dim, int64_t shift) {
+  int64_t n = x.dims()[dim];
+  if (n == 0) return x;
+  shift = ((shift % n) + n) % n;
+  if (shift == 0) return x;
+  Val tail = e.SliceDim(x, dim, n - shift, n);
+  Val head = e.SliceDim(x, dim, 0, n - shift);
+  return e.Concatenate({tail, head}, dim);
+}
+std::vector<Val> LowerRoll(LowerCtx& c) {  // roll(self, shifts, dims=[])
+  Val x = c.tensor(0);
+  Dims shifts = c.int_list(1), dims = c.int_list(2);
+  if (dims.empty()) {
+    Val flat = c.e.Reshape(x, {x.numel()});
+    return {c.e.Reshape(RollDim(c.e, flat, 0, shifts[0]), x.dims())};
+  }
+  for (size_t i = 0; i < dims.size(); ++i) x = RollDim(c.e, x, NormDim(dims[i], x.rank()), shifts[i]);
+  return {x};
+}
+
+std::vector<Val> LowerConstantPad(LowerCtx& c) {  // constant_pad_nd(self, pad, value=0)
+  Val x = c.tensor(0);
+  Dims pad = c.int_list(1);
+  Dims lo(x.rank(), 0), hi(x.rank(), 0);
+  for (size_t i = 0; i + 1 < pad.size() + 1 && i / 2 < static_cast<size_t>(x.rank()); i += 2) {
+    int64_t d = x.rank() - 1 - static_cast<int64_t>(i / 2);
+    lo[d] = pad[i];
+    hi[d] = pad[i + 1];
+  }
+  Val value = c.is_none(2) ? c.e.Scalar(0, x.dtype()) : c.scalar(2, x.dtype());
+  return {c.e.Pad(x, value, lo, hi, Dims(x.rank(), 0))};
+}
+
+std::vector<Val> LowerRepeat(LowerCtx& c) {  // repeat(self, repeats)
+  Val x = c.tensor(0);
+  Dims reps = c.int_list(1);
+  int64_t extra = static_cast<int64_t>(reps.size()) - x.rank();
+  Dims padded(extra, 1);
+  for (int64_t d : x.dims()) padded.push_back(d);
+  Val xr = c.e.Reshape(x, padded);
+  // [r0, d0, r1, d1, ...] broadcast, then merged pairwise.
+  Dims expanded, mapping;
+  for (size_t i = 0; i < reps.size(); ++i) {
+    expanded.push_back(reps[i]);
+    expanded.push_back(padded[i]);
+    mapping.push_back(static_cast<int64_t>(2 * i + 1));
+  }
+  Val b = c.e.BroadcastInDim(xr, expanded, mapping);
+  return {c.e.Reshape(b, c.out().dims)};
+}
+
+std::vector<Val> Triangle(LowerCtx& c, bool lower) {  // tril/triu(self, diagonal=0)
+  Val x = c.tensor(0);
+  int64_t k = c.int_arg(1, 0);
+  TensorType it{ElementType::kS64, x.dims()};
+  Val row = c.e.Iota(it, x.rank() - 2), col = c.e.Iota(it, x.rank() - 1);
+  Val diff = c.e.Binary("subtract", col, row);
+  Val keep = c.e.Compare(lower ? "LE" : "GE", diff, c.e.Full(static_cast<double>(k), it));
+  return {c.e.Select(keep, x, c.e.Full(0, x.type))};
+}
+std::vector<Val> LowerTril(LowerCtx& c) { return Triangle(c, true); }
+std::vector<Val> LowerTriu(LowerCtx& c) { return Triangle(c, false); }
+
 }  // namespace
 
 void RegisterIndexingOps(Registry& r) {
@@ -19,6 +361,25 @@ void RegisterIndexingOps(Registry& r) {
   r.Add("fill.Scalar", LowerFill);
   r.Add("fill.Tensor", LowerFill);
   r.Add("zero", LowerZero);
+  r.Add("cat", LowerCat);
+  r.Add("index_select", LowerIndexSelect);
+  r.Add("gather", LowerGather);
+  r.Add("scatter.src", LowerScatterSrc);
+  r.Add("scatter.value", LowerScatterValue);
+  r.Add("scatter.reduce", LowerScatterReduce);
+  r.Add("scatter.value_reduce", LowerScatterValueReduce);
+  r.Add("scatter_add", LowerScatterAdd);
+  r.Add("index.Tensor", LowerIndex);
+  r.Add("_unsafe_index.Tensor", LowerIndex);
+  r.Add("index_put", LowerIndexPut);
+  r.Add("_index_put_impl", LowerIndexPut);
+  r.Add("embedding_dense_backward", LowerEmbeddingBackward);
+  r.Add("flip", LowerFlip);
+  r.Add("roll", LowerRoll);
+  r.Add("constant_pad_nd", LowerConstantPad);
+  r.Add("repeat", LowerRepeat);
+  r.Add("tril", LowerTril);
+  r.Add("triu", LowerTriu);
 }
 
 }  // namespace torch_pjrt::lowering

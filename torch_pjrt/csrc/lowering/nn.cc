@@ -1,8 +1,830 @@
-// Neural-network ops: convolution, pooling, batch/layer norm, nll_loss, and their backward.
+// Neural-network ops: convolution (any rank, grouped, transposed) and its gradients, max/avg/
+// adaptive pooling, batch/layer/group norm, and losses (nll, mse), with their backward formulas.
+// Convolution gradients follow the standard XLA formulation (the one JAX uses): the input
+// gradient is a convolution of the output gradient with the spatially reversed kernel, the
+// weight gradient a convolution of the input with the output gradient, batch and feature swapped.
+#include <algorithm>
+#include <cmath>
+
 #include "lowering/helpers.h"
 
 namespace torch_pjrt::lowering {
 
-void RegisterNNOps(Registry& r) {}
+namespace {
+
+using Pads = std::vector<std::pair<int64_t, int64_t>>;
+
+int64_t Dilated(int64_t size, int64_t dilation) { return size == 0 ? 0 : 1 + dilation * (size - 1); }
+
+// "[b, f, 0, 1]" style layout strings for a rank-(2+n) convolution operand.
+std::string Layout(const char* first, const char* second, int64_t spatial) {
+  std::string s = std::string("[") + first + ", " + second;
+  for (int64_t i = 0; i < spatial; ++i) s += ", " + std::to_string(i);
+  return s + "]";
+}
+
+Dims Spatial(const Val& v) { return Dims(v.dims().begin() + 2, v.dims().end()); }
+
+// Repeats a per-spatial-dim list given with a single value (torch's int[2] accepts [k]).
+Dims Expand(const Dims& d, size_t n, int64_t fill) {
+  if (d.empty()) return Dims(n, fill);
+  if (d.size() == 1 && n > 1) return Dims(n, d[0]);
+  return d;
+}
+
+struct ConvParams {
+  Dims stride, padding, dilation;
+  int64_t groups = 1;
+};
+
+ConvParams ReadConvParams(LowerCtx& c, size_t stride_i, size_t padding_i, size_t dilation_i,
+                          size_t groups_i, size_t spatial) {
+  return ConvParams{Expand(c.int_list(stride_i), spatial, 1), Expand(c.int_list(padding_i), spatial, 0),
+                    Expand(c.int_list(dilation_i), spatial, 1), c.int_arg(groups_i)};
+}
+
+// y = conv(x, w): x [N, C, ...], w [O, C/groups, ...].
+Val ConvForward(Emitter& e, const Val& x, const Val& w, const ConvParams& p, ElementType acc) {
+  int64_t n = x.rank() - 2;
+  Emitter::ConvDims d;
+  d.layout = Layout("b", "f", n) + "x" + Layout("o", "i", n) + "->" + Layout("b", "f", n);
+  d.stride = p.stride;
+  d.lhs_dilation = Dims(n, 1);
+  d.rhs_dilation = p.dilation;
+  d.feature_group_count = p.groups;
+  TensorType out{acc, {x.dims()[0], w.dims()[0]}};
+  for (int64_t i = 0; i < n; ++i) {
+    d.padding.push_back({p.padding[i], p.padding[i]});
+    int64_t in = x.dims()[2 + i] + 2 * p.padding[i];
+    int64_t k = Dilated(w.dims()[2 + i], p.dilation[i]);
+    out.dims.push_back(in < k ? 0 : (in - k) / p.stride[i] + 1);
+  }
+  return e.Convolution(x, w, d, out);
+}
+
+// Gradient of conv(x, w) with respect to x, for x of spatial size `in_spatial`.
+Val ConvGradInput(Emitter& e, const Val& g, const Val& w, const Dims& in_spatial, const ConvParams& p,
+                  ElementType acc) {
+  int64_t n = g.rank() - 2;
+  int64_t groups = p.groups;
+  // w [O, I/G, k] -> [O/G, I, k] so that a grouped convolution maps O features back to I.
+  Dims wd = w.dims();
+  int64_t o = wd[0], ig = wd[1];
+  Val wk = w;
+  if (groups > 1) {
+    Dims split{groups, o / groups, ig};
+    for (int64_t i = 0; i < n; ++i) split.push_back(wd[2 + i]);
+    wk = e.Reshape(wk, split);
+    Dims perm{1, 0, 2};
+    for (int64_t i = 0; i < n; ++i) perm.push_back(3 + i);
+    wk = e.Transpose(wk, perm);
+    Dims merged{o / groups, groups * ig};
+    for (int64_t i = 0; i < n; ++i) merged.push_back(wd[2 + i]);
+    wk = e.Reshape(wk, merged);
+  }
+  Dims spatial_dims;
+  for (int64_t i = 0; i < n; ++i) spatial_dims.push_back(2 + i);
+  wk = e.Reverse(wk, spatial_dims);
+  Emitter::ConvDims d;
+  d.layout = Layout("b", "f", n) + "x" + Layout("i", "o", n) + "->" + Layout("b", "f", n);
+  d.stride = Dims(n, 1);
+  d.lhs_dilation = p.stride;
+  d.rhs_dilation = p.dilation;
+  d.feature_group_count = groups;
+  TensorType out{acc, {g.dims()[0], groups * ig}};
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t k = Dilated(wd[2 + i], p.dilation[i]);
+    int64_t before = k - p.padding[i] - 1;
+    int64_t after = in_spatial[i] + k - 1 - Dilated(g.dims()[2 + i], p.stride[i]) - before;
+    d.padding.push_back({before, after});
+    out.dims.push_back(in_spatial[i]);
+  }
+  return e.Convolution(g, wk, d, out);
+}
+
+// Gradient of conv(x, w) with respect to w (of spatial size `k_spatial`).
+Val ConvGradWeight(Emitter& e, const Val& x, const Val& g, const Dims& k_spatial, const ConvParams& p,
+                   ElementType acc) {
+  int64_t n = x.rank() - 2;
+  Emitter::ConvDims d;
+  // Batch and feature swap roles: the result's "batch" is the input channel, its "feature" the
+  // output channel.
+  d.layout = Layout("f", "b", n) + "x" + Layout("i", "o", n) + "->" + Layout("f", "b", n);
+  d.stride = p.dilation;
+  d.lhs_dilation = Dims(n, 1);
+  d.rhs_dilation = p.stride;
+  d.batch_group_count = p.groups;
+  TensorType out{acc, {g.dims()[1], x.dims()[1] / p.groups}};
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t lo = p.padding[i];
+    int64_t in = x.dims()[2 + i];
+    int64_t out_dilated = Dilated(g.dims()[2 + i], p.stride[i]);
+    int64_t k_dilated = Dilated(k_spatial[i], p.dilation[i]);
+    int64_t hi = (out_dilated - in) + (k_dilated - lo - 1);
+    d.padding.push_back({lo, hi});
+    out.dims.push_back(k_spatial[i]);
+  }
+  return e.Convolution(x, g, d, out);
+}
+
+Val AddBias(Emitter& e, const Val& y, const Val& bias) {
+  return e.Binary("add", y, e.BroadcastInDim(e.Convert(bias, y.dtype()), y.dims(), {1}));
+}
+
+// convolution_overrideable(input, weight, bias?, stride, padding, dilation, transposed,
+//                          output_padding, groups)
+std::vector<Val> LowerConvolution(LowerCtx& c) {
+  Val x = c.tensor(0), w = c.tensor(1);
+  size_t spatial = static_cast<size_t>(x.rank() - 2);
+  ConvParams p = ReadConvParams(c, 3, 4, 5, 8, spatial);
+  ElementType acc = Opmath(c.out().dtype);
+  ElementType t = c.out().dtype;
+  Val xc = c.e.Convert(x, t), wc = c.e.Convert(w, t);
+  Val y;
+  if (c.bool_arg(6)) {  // transposed: the input-gradient of a convolution with this weight
+    Dims out_spatial(c.out().dims.begin() + 2, c.out().dims.end());
+    y = ConvGradInput(c.e, xc, wc, out_spatial, p, acc);
+  } else {
+    y = ConvForward(c.e, xc, wc, p, acc);
+  }
+  if (!c.is_none(2)) y = AddBias(c.e, y, c.tensor(2));
+  return {c.e.Convert(y, t)};
+}
+
+// convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation,
+//                                   transposed, output_padding, groups, output_mask)
+std::vector<Val> LowerConvolutionBackward(LowerCtx& c) {
+  Val g = c.tensor(0), x = c.tensor(1), w = c.tensor(2);
+  size_t spatial = static_cast<size_t>(x.rank() - 2);
+  ConvParams p = ReadConvParams(c, 3, 4, 5, 8, spatial);
+  bool transposed = c.bool_arg(6);
+  Dims mask = c.int_list(9);
+  std::vector<Val> out(3);
+  if (mask[0]) {
+    ElementType acc = Opmath(c.out(0).dtype);
+    out[0] = transposed ? ConvForward(c.e, g, w, p, acc) : ConvGradInput(c.e, g, w, Spatial(x), p, acc);
+  }
+  if (mask[1]) {
+    ElementType acc = Opmath(c.out(1).dtype);
+    out[1] = transposed ? ConvGradWeight(c.e, g, x, Spatial(w), p, acc)
+                        : ConvGradWeight(c.e, x, g, Spatial(w), p, acc);
+  }
+  if (mask[2]) {
+    Dims dims{0};
+    for (int64_t i = 2; i < g.rank(); ++i) dims.push_back(i);
+    out[2] = SumDims(c.e, g, dims, Opmath(c.out(2).dtype));
+  }
+  return out;
+}
+
+// ------------------------------------------------------------ pooling
+
+// Windowed reduction geometry for the trailing `n` dims of a [..., spatial] input.
+struct Window {
+  Dims window, strides, dilation;
+  Pads padding;
+};
+
+Window PoolWindow(LowerCtx& c, const Val& x, size_t n, const Dims& kernel, const Dims& stride,
+                  const Dims& padding, const Dims& dilation, const Dims& out_spatial) {
+  Window w;
+  size_t lead = static_cast<size_t>(x.rank()) - n;
+  for (size_t i = 0; i < lead; ++i) {
+    w.window.push_back(1);
+    w.strides.push_back(1);
+    w.dilation.push_back(1);
+    w.padding.push_back({0, 0});
+  }
+  for (size_t i = 0; i < n; ++i) {
+    int64_t k = kernel[i], s = stride.empty() ? k : stride[i], pad = padding[i], d = dilation[i];
+    int64_t in = x.dims()[lead + i];
+    // Enough high padding for the output size torch computed (covers ceil_mode).
+    int64_t needed = (out_spatial[i] - 1) * s + Dilated(k, d);
+    int64_t hi = std::max<int64_t>(pad, needed - in - pad);
+    w.window.push_back(k);
+    w.strides.push_back(s);
+    w.dilation.push_back(d);
+    w.padding.push_back({pad, hi});
+  }
+  return w;
+}
+
+Dims TrailingDims(const Dims& d, size_t n) { return Dims(d.end() - n, d.end()); }
+
+// max_pool2d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False)
+std::vector<Val> LowerMaxPool2d(LowerCtx& c) {
+  Val x = c.tensor(0);
+  constexpr size_t n = 2;
+  Dims kernel = Expand(c.int_list(1), n, 1);
+  Dims stride = c.int_list(2);
+  stride = stride.empty() ? kernel : Expand(stride, n, 1);
+  Window w = PoolWindow(c, x, n, kernel, stride, Expand(c.int_list(3), n, 0), Expand(c.int_list(4), n, 1),
+                        TrailingDims(c.out(0).dims, n));
+  // Flat position within each (H, W) plane, carried alongside the values.
+  Dims plane = TrailingDims(x.dims(), n);
+  TensorType it{ElementType::kS64, x.dims()};
+  Val idx = c.e.Binary("add",
+                       c.e.Binary("multiply", c.e.Iota(it, x.rank() - 2), c.e.Full(static_cast<double>(plane[1]), it)),
+                       c.e.Iota(it, x.rank() - 1));
+  ElementType t = x.dtype();
+  bool is_float = IsFloating(t);
+  auto body = [&](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> {
+    const Val &av = a[0], &ai = a[1], &xv = a[2], &xi = a[3];
+    Val better = b.Compare("GT", xv, av);
+    if (is_float) better = b.Binary("or", better, b.Compare("NE", xv, xv));
+    Val same = b.Binary("and", b.Compare("EQ", xv, av), b.Compare("LT", xi, ai));
+    Val take = b.Binary("or", better, same);
+    return {b.Select(take, xv, av), b.Select(take, xi, ai)};
+  };
+  std::vector<Val> r = c.e.ReduceWindow({x, idx}, {c.e.Scalar(LowestValue(t), t), c.e.Scalar(-1, ElementType::kS64)},
+                                        w.window, w.strides, Dims(x.rank(), 1), w.dilation, w.padding, body);
+  return {r[0], r[1]};
+}
+
+// Scatter-adds per-plane values `src` [P, M] at positions `idx` [P, M] into zeros [P, size].
+Val ScatterAddPlanes(Emitter& e, const Val& src, const Val& idx, int64_t size) {
+  int64_t planes = src.dims()[0], m = src.dims()[1];
+  TensorType it{ElementType::kS64, {planes, m, 1}};
+  Val plane_ids = e.Iota(it, 0);
+  Val positions = e.Reshape(e.Convert(idx, ElementType::kS64), {planes, m, 1});
+  Val indices = e.Concatenate({plane_ids, positions}, 2);
+  Emitter::ScatterDims d;
+  d.inserted_window_dims = {0, 1};
+  d.scatter_dims_to_operand_dims = {0, 1};
+  d.index_vector_dim = 2;
+  Val zeros = e.Full(0, TensorType{src.dtype(), {planes, size}});
+  return e.Scatter(zeros, indices, src, d, "add");
+}
+
+// max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
+//                                  ceil_mode, indices)
+std::vector<Val> LowerMaxPool2dBackward(LowerCtx& c) {
+  Val g = c.tensor(0), x = c.tensor(1), idx = c.tensor(7);
+  int64_t planes = 1;
+  for (int64_t i = 0; i + 2 < x.rank(); ++i) planes *= x.dims()[i];
+  int64_t hw = x.dims()[x.rank() - 2] * x.dims()[x.rank() - 1];
+  int64_t ohw = g.dims()[g.rank() - 2] * g.dims()[g.rank() - 1];
+  ElementType acc = Opmath(c.out().dtype);
+  Val src = c.e.Reshape(c.e.Convert(g, acc), {planes, ohw});
+  Val grad = ScatterAddPlanes(c.e, src, c.e.Reshape(idx, {planes, ohw}), hw);
+  return {c.e.Convert(c.e.Reshape(grad, x.dims()), c.out().dtype)};
+}
+
+// Padding of the output gradient so that a stride-1 windowed sum produces the input gradient.
+Pads TransposedWindowPadding(const Dims& in, const Dims& window, const Dims& strides,
+                             const Dims& out, const Pads& padding, const Dims& dilation) {
+  Pads pads;
+  for (size_t i = 0; i < in.size(); ++i) {
+    int64_t k = Dilated(window[i], dilation[i]);
+    int64_t before = k - padding[i].first - 1;
+    int64_t after = in[i] + k - 1 - Dilated(out[i], strides[i]) - before;
+    pads.push_back({before, after});
+  }
+  return pads;
+}
+
+// Element counts each pooling window divides by (torch's avg_pool2d rules).
+Val AvgPoolDivisor(LowerCtx& c, const Val& x, size_t n, const Window& w, const Dims& padding,
+                   bool count_include_pad, ElementType t) {
+  Dims plane = TrailingDims(x.dims(), n);
+  Val ones = c.e.Full(1, TensorType{t, plane});
+  Dims kw = TrailingDims(w.window, n), ks = TrailingDims(w.strides, n), kd(n, 1);
+  Pads pads(w.padding.end() - n, w.padding.end());
+  if (count_include_pad) {
+    // Explicit padding counts; the extra high padding added by ceil_mode does not.
+    Dims p(padding.begin(), padding.end());
+    ones = c.e.Pad(ones, c.e.Scalar(1, t), p, p, Dims(n, 0));
+    for (size_t i = 0; i < n; ++i) pads[i] = {0, pads[i].second - padding[i]};
+  }
+  auto add = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("add", a[0], a[1])}; };
+  return c.e.ReduceWindow({ones}, {c.e.Scalar(0, t)}, kw, ks, Dims(n, 1), kd, pads, add)[0];
+}
+
+// avg_pool2d(self, kernel_size, stride=[], padding=0, ceil_mode=False, count_include_pad=True,
+//            divisor_override=None)
+std::vector<Val> LowerAvgPool2d(LowerCtx& c) {
+  Val x = c.tensor(0);
+  constexpr size_t n = 2;
+  Dims kernel = Expand(c.int_list(1), n, 1);
+  Dims stride = c.int_list(2);
+  stride = stride.empty() ? kernel : Expand(stride, n, 1);
+  Dims padding = Expand(c.int_list(3), n, 0);
+  Window w = PoolWindow(c, x, n, kernel, stride, padding, Dims(n, 1), TrailingDims(c.out().dims, n));
+  ElementType acc = Opmath(c.out().dtype);
+  auto add = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("add", a[0], a[1])}; };
+  Val sum = c.e.ReduceWindow({c.e.Convert(x, acc)}, {c.e.Scalar(0, acc)}, w.window, w.strides,
+                             Dims(x.rank(), 1), w.dilation, w.padding, add)[0];
+  Val divisor;
+  if (!c.is_none(6)) {
+    divisor = c.e.Full(static_cast<double>(c.int_arg(6)), sum.type);
+  } else {
+    divisor = c.e.BroadcastTo(AvgPoolDivisor(c, x, n, w, padding, c.bool_arg(5), acc), sum.dims());
+  }
+  return {c.e.Convert(c.e.Binary("divide", sum, divisor), c.out().dtype)};
+}
+
+// avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+//                     count_include_pad, divisor_override)
+std::vector<Val> LowerAvgPool2dBackward(LowerCtx& c) {
+  Val g = c.tensor(0), x = c.tensor(1);
+  constexpr size_t n = 2;
+  Dims kernel = Expand(c.int_list(2), n, 1);
+  Dims stride = c.int_list(3);
+  stride = stride.empty() ? kernel : Expand(stride, n, 1);
+  Dims padding = Expand(c.int_list(4), n, 0);
+  Window w = PoolWindow(c, x, n, kernel, stride, padding, Dims(n, 1), TrailingDims(g.dims(), n));
+  ElementType acc = Opmath(c.out().dtype);
+  Val gc = c.e.Convert(g, acc);
+  Val divisor = !c.is_none(7) ? c.e.Full(static_cast<double>(c.int_arg(7)), gc.type)
+                              : c.e.BroadcastTo(AvgPoolDivisor(c, x, n, w, padding, c.bool_arg(6), acc), gc.dims());
+  Val scaled = c.e.Binary("divide", gc, divisor);
+  Pads pads = TransposedWindowPadding(x.dims(), w.window, w.strides, g.dims(), w.padding, w.dilation);
+  Dims lo, hi, interior;
+  for (size_t i = 0; i < pads.size(); ++i) {
+    lo.push_back(pads[i].first);
+    hi.push_back(pads[i].second);
+    interior.push_back(w.strides[i] - 1);
+  }
+  Val padded = c.e.Pad(scaled, c.e.Scalar(0, acc), lo, hi, interior);
+  auto add = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("add", a[0], a[1])}; };
+  Dims ones(x.rank(), 1);
+  Pads none(x.rank(), {0, 0});
+  Val grad = c.e.ReduceWindow({padded}, {c.e.Scalar(0, acc)}, w.window, ones, ones, ones, none, add)[0];
+  return {c.e.Convert(grad, c.out().dtype)};
+}
+
+// Averaging matrix [out, in] of adaptive pooling along one dim.
+Val AdaptiveMatrix(Emitter& e, int64_t in, int64_t out, ElementType t) {
+  TensorType it{ElementType::kS64, {out, in}};
+  Val i = e.Iota(it, 0), h = e.Iota(it, 1);
+  Val in_k = e.Full(static_cast<double>(in), it), out_k = e.Full(static_cast<double>(out), it);
+  // start = floor(i * in / out), end = ceil((i + 1) * in / out)
+  Val start = e.Binary("divide", e.Binary("multiply", i, in_k), out_k);
+  Val one = e.Full(1, it);
+  Val end = e.Binary("divide",
+                     e.Binary("subtract", e.Binary("add", e.Binary("multiply", e.Binary("add", i, one), in_k), out_k), one),
+                     out_k);
+  Val inside = e.Binary("and", e.Compare("GE", h, start), e.Compare("LT", h, end));
+  Val count = e.Convert(e.Binary("subtract", end, start), t);
+  return e.Select(inside, e.Binary("divide", e.Full(1, TensorType{t, {out, in}}), count),
+                  e.Full(0, TensorType{t, {out, in}}));
+}
+
+// _adaptive_avg_pool2d(self, output_size): two small matmuls with averaging matrices.
+std::vector<Val> LowerAdaptiveAvgPool2d(LowerCtx& c) {
+  Val x = c.tensor(0);
+  ElementType acc = Opmath(c.out().dtype);
+  int64_t r = x.rank();
+  int64_t h = x.dims()[r - 2], w = x.dims()[r - 1];
+  int64_t oh = c.out().dims[r - 2], ow = c.out().dims[r - 1];
+  Val xc = c.e.Convert(x, acc);
+  // Contract W with Mw [ow, w] -> [..., h, ow]; then H with Mh [oh, h].
+  Val mw = AdaptiveMatrix(c.e, w, ow, acc), mh = AdaptiveMatrix(c.e, h, oh, acc);
+  Val y = c.e.DotGeneral(xc, mw, {}, {}, {r - 1}, {1}, acc);  // [..., h, ow]
+  Val z = c.e.DotGeneral(y, mh, {}, {}, {r - 2}, {1}, acc);   // [..., ow, oh]
+  Dims perm;
+  for (int64_t i = 0; i < r - 2; ++i) perm.push_back(i);
+  perm.push_back(r - 1);
+  perm.push_back(r - 2);
+  return {c.e.Convert(c.e.Transpose(z, perm), c.out().dtype)};
+}
+
+// _adaptive_avg_pool2d_backward(grad_output, self)
+std::vector<Val> LowerAdaptiveAvgPool2dBackward(LowerCtx& c) {
+  Val g = c.tensor(0), x = c.tensor(1);
+  ElementType acc = Opmath(c.out().dtype);
+  int64_t r = x.rank();
+  int64_t h = x.dims()[r - 2], w = x.dims()[r - 1];
+  int64_t oh = g.dims()[r - 2], ow = g.dims()[r - 1];
+  Val gc = c.e.Convert(g, acc);
+  Val mw = AdaptiveMatrix(c.e, w, ow, acc), mh = AdaptiveMatrix(c.e, h, oh, acc);
+  Val y = c.e.DotGeneral(gc, mw, {}, {}, {r - 1}, {0}, acc);  // [..., oh, w]
+  Val z = c.e.DotGeneral(y, mh, {}, {}, {r - 2}, {0}, acc);   // [..., w, h]
+  Dims perm;
+  for (int64_t i = 0; i < r - 2; ++i) perm.push_back(i);
+  perm.push_back(r - 1);
+  perm.push_back(r - 2);
+  return {c.e.Convert(c.e.Transpose(z, perm), c.out().dtype)};
+}
+
+// ------------------------------------------------------------ normalization
+
+Dims AllBut(int64_t rank, int64_t keep) {
+  Dims d;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i != keep) d.push_back(i);
+  }
+  return d;
+}
+
+Val PerChannel(Emitter& e, const Val& v, const Dims& dims) { return e.BroadcastInDim(v, dims, {1}); }
+
+// native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
+//   -> (output, save_mean, save_invstd) [+ new running_mean, running_var when present]
+std::vector<Val> BatchNorm(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i, size_t rv_i, bool training,
+                           double momentum, double eps, size_t num_results) {
+  Val x = c.tensor(0);
+  Emitter& e = c.e;
+  ElementType acc = Opmath(c.out(0).dtype);
+  Val xc = e.Convert(x, acc);
+  Dims reduce = AllBut(x.rank(), 1);
+  int64_t count = x.numel() / std::max<int64_t>(x.dims()[1], 1);
+  Val mean, var;
+  if (training) {
+    mean = e.Binary("divide", SumDims(e, xc, reduce, acc), e.Full(static_cast<double>(count), TensorType{acc, {x.dims()[1]}}));
+    Val centered = e.Binary("subtract", xc, PerChannel(e, mean, xc.dims()));
+    var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), reduce, acc),
+                   e.Full(static_cast<double>(count), mean.type));
+  } else {
+    mean = e.Convert(c.tensor(rm_i), acc);
+    var = e.Convert(c.tensor(rv_i), acc);
+  }
+  Val invstd = e.Unary("rsqrt", e.Binary("add", var, e.Full(eps, var.type)));
+  Val y = e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, mean, xc.dims())), PerChannel(e, invstd, xc.dims()));
+  if (!c.is_none(w_i)) y = e.Binary("multiply", y, PerChannel(e, e.Convert(c.tensor(w_i), acc), xc.dims()));
+  if (!c.is_none(b_i)) y = e.Binary("add", y, PerChannel(e, e.Convert(c.tensor(b_i), acc), xc.dims()));
+  std::vector<Val> out{e.Convert(y, c.out(0).dtype)};
+  // save_mean / save_invstd: torch returns empty tensors for them in some eval paths.
+  out.push_back(c.out(1).dims.empty() || c.out(1).dims[0] == x.dims()[1] ? e.Convert(mean, c.out(1).dtype) : e.Full(0, c.out(1)));
+  out.push_back(c.out(2).dims.empty() || c.out(2).dims[0] == x.dims()[1] ? e.Convert(invstd, c.out(2).dtype) : e.Full(0, c.out(2)));
+  while (out.size() < num_results) out.push_back(e.Full(0, c.out(out.size())));
+  // Running statistics (an extra mutation when present): updated only in training.
+  for (size_t i : {rm_i, rv_i}) {
+    if (c.is_none(i)) continue;
+    Val running = c.tensor(i);
+    if (!training) {
+      out.push_back(running);
+      continue;
+    }
+    Val batch = i == rm_i ? mean
+                          : e.Binary("multiply", var, e.Full(static_cast<double>(count) / std::max<int64_t>(count - 1, 1), var.type));
+    Val r = e.Convert(running, acc);
+    Val updated = e.Binary("add", e.Binary("multiply", r, e.Full(1 - momentum, r.type)),
+                           e.Binary("multiply", batch, e.Full(momentum, r.type)));
+    out.push_back(e.Convert(updated, running.dtype()));
+  }
+  return out;
+}
+
+std::vector<Val> LowerNativeBatchNorm(LowerCtx& c) {
+  return BatchNorm(c, 1, 2, 3, 4, c.bool_arg(5), c.double_arg(6), c.double_arg(7), 3);
+}
+// _native_batch_norm_legit(input, weight?, bias?, running_mean!, running_var!, training, momentum, eps)
+std::vector<Val> LowerBatchNormLegit(LowerCtx& c) {
+  return BatchNorm(c, 1, 2, 3, 4, c.bool_arg(5), c.double_arg(6), c.double_arg(7), 3);
+}
+// _native_batch_norm_legit.no_stats(input, weight?, bias?, training, momentum, eps)
+std::vector<Val> LowerBatchNormLegitNoStats(LowerCtx& c) {
+  return BatchNorm(c, 1, 2, 100, 101, true, c.double_arg(4), c.double_arg(5), 3);
+}
+// _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean, running_var, momentum, eps)
+std::vector<Val> LowerBatchNormLegitNoTraining(LowerCtx& c) {
+  return BatchNorm(c, 1, 2, 3, 4, false, c.double_arg(5), c.double_arg(6), 3);
+}
+// _batch_norm_with_update(input, weight?, bias?, running_mean!, running_var!, momentum, eps)
+//   -> (output, save_mean, save_invstd, reserve)
+std::vector<Val> LowerBatchNormWithUpdate(LowerCtx& c) {
+  return BatchNorm(c, 1, 2, 3, 4, true, c.double_arg(5), c.double_arg(6), 4);
+}
+// _batch_norm_no_update(input, weight?, bias?, running_mean?, running_var?, momentum, eps)
+std::vector<Val> LowerBatchNormNoUpdate(LowerCtx& c) {
+  bool have_stats = !c.is_none(3) && !c.is_none(4);
+  std::vector<Val> r = BatchNorm(c, 1, 2, 3, 4, !have_stats, c.double_arg(5), c.double_arg(6), 4);
+  r.resize(4);  // no_update never writes the running statistics
+  return r;
+}
+
+// Shared backward: grad wrt input, weight, bias of a batch norm with per-channel mean/invstd.
+std::vector<Val> BatchNormBackward(LowerCtx& c, const Val& g, const Val& x, size_t w_i, const Val& mean,
+                                   const Val& invstd, bool training, const Dims& mask) {
+  Emitter& e = c.e;
+  ElementType acc = Opmath(c.out(0).dtype == ElementType::kInvalid ? x.dtype() : c.out(0).dtype);
+  Val gc = e.Convert(g, acc), xc = e.Convert(x, acc);
+  Val m = e.Convert(mean, acc), is = e.Convert(invstd, acc);
+  Dims reduce = AllBut(x.rank(), 1);
+  double count = static_cast<double>(x.numel() / std::max<int64_t>(x.dims()[1], 1));
+  Val xhat = e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, m, xc.dims())), PerChannel(e, is, xc.dims()));
+  Val sum_g = SumDims(e, gc, reduce, acc);
+  Val sum_gx = SumDims(e, e.Binary("multiply", gc, xhat), reduce, acc);
+  Val w = c.is_none(w_i) ? e.Full(1, TensorType{acc, {x.dims()[1]}}) : e.Convert(c.tensor(w_i), acc);
+  std::vector<Val> out(3);
+  if (mask[0]) {
+    Val scale = e.Binary("multiply", w, is);
+    Val gi;
+    if (training) {
+      Val n = e.Full(count, TensorType{acc, xc.dims()});
+      Val inner = e.Binary("subtract", e.Binary("subtract", e.Binary("multiply", gc, n), PerChannel(e, sum_g, xc.dims())),
+                           e.Binary("multiply", xhat, PerChannel(e, sum_gx, xc.dims())));
+      gi = e.Binary("divide", e.Binary("multiply", inner, PerChannel(e, scale, xc.dims())), n);
+    } else {
+      gi = e.Binary("multiply", gc, PerChannel(e, scale, xc.dims()));
+    }
+    out[0] = gi;
+  }
+  if (mask[1]) out[1] = sum_gx;
+  if (mask[2]) out[2] = sum_g;
+  return out;
+}
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
+//                            save_invstd?, train, eps, output_mask)
+std::vector<Val> LowerNativeBatchNormBackward(LowerCtx& c) {
+  Val g = c.tensor(0), x = c.tensor(1);
+  bool train = c.bool_arg(7);
+  double eps = c.double_arg(8);
+  Val mean, invstd;
+  if (train) {
+    mean = c.tensor(5);
+    invstd = c.tensor(6);
+  } else {
+    mean = c.tensor(3);
+    Val var = c.e.Convert(c.tensor(4), Opmath(x.dtype()));
+    invstd = c.e.Unary("rsqrt", c.e.Binary("add", var, c.e.Full(eps, var.type)));
+  }
+  return BatchNormBackward(c, g, x, 2, mean, invstd, train, c.int_list(9));
+}
+// batch_norm_backward(grad_out, input, weight, running_mean?, running_var?, save_mean?, save_var?,
+//                     update, eps, output_mask, reserve)
+std::vector<Val> LowerBatchNormBackward2(LowerCtx& c) {
+  Val g = c.tensor(0), x = c.tensor(1);
+  bool train = c.bool_arg(7);
+  double eps = c.double_arg(8);
+  Val mean, invstd;
+  if (train) {
+    mean = c.tensor(5);
+    invstd = c.tensor(6);
+  } else {
+    mean = c.tensor(3);
+    Val var = c.e.Convert(c.tensor(4), Opmath(x.dtype()));
+    invstd = c.e.Unary("rsqrt", c.e.Binary("add", var, c.e.Full(eps, var.type)));
+  }
+  return BatchNormBackward(c, g, x, 2, mean, invstd, train, c.int_list(9));
+}
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
+std::vector<Val> LowerLayerNorm(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Emitter& e = c.e;
+  int64_t k = static_cast<int64_t>(c.int_list(1).size());
+  int64_t axis = x.rank() - k;
+  ElementType acc = Opmath(c.out(0).dtype);
+  Val xc = e.Convert(x, acc);
+  Dims reduce;
+  for (int64_t i = axis; i < x.rank(); ++i) reduce.push_back(i);
+  double count = 1;
+  for (int64_t i = axis; i < x.rank(); ++i) count *= static_cast<double>(x.dims()[i]);
+  Dims lead(x.dims().begin(), x.dims().begin() + axis);
+  Dims keep;
+  for (int64_t i = 0; i < axis; ++i) keep.push_back(i);
+  Val mean = e.Binary("divide", SumDims(e, xc, reduce, acc), e.Full(count, TensorType{acc, lead}));
+  Val centered = e.Binary("subtract", xc, e.BroadcastInDim(mean, xc.dims(), keep));
+  Val var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), reduce, acc),
+                     e.Full(count, mean.type));
+  Val rstd = e.Unary("rsqrt", e.Binary("add", var, e.Full(c.double_arg(4), var.type)));
+  Val y = e.Binary("multiply", centered, e.BroadcastInDim(rstd, xc.dims(), keep));
+  Dims trailing;
+  for (int64_t i = axis; i < x.rank(); ++i) trailing.push_back(i);
+  if (!c.is_none(2)) y = e.Binary("multiply", y, e.BroadcastInDim(e.Convert(c.tensor(2), acc), xc.dims(), trailing));
+  if (!c.is_none(3)) y = e.Binary("add", y, e.BroadcastInDim(e.Convert(c.tensor(3), acc), xc.dims(), trailing));
+  return {e.Convert(y, c.out(0).dtype), e.Convert(e.Reshape(mean, c.out(1).dims), c.out(1).dtype),
+          e.Convert(e.Reshape(rstd, c.out(2).dims), c.out(2).dtype)};
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask)
+std::vector<Val> LowerLayerNormBackward(LowerCtx& c) {
+  Val g = c.tensor(0), x = c.tensor(1);
+  Emitter& e = c.e;
+  int64_t k = static_cast<int64_t>(c.int_list(2).size());
+  int64_t axis = x.rank() - k;
+  Dims mask = c.int_list(7);
+  ElementType acc = Opmath(x.dtype());
+  Val gc = e.Convert(g, acc), xc = e.Convert(x, acc);
+  Dims lead(x.dims().begin(), x.dims().begin() + axis);
+  Dims keep, reduce, trailing(x.dims().begin() + axis, x.dims().end());
+  for (int64_t i = 0; i < axis; ++i) keep.push_back(i);
+  for (int64_t i = axis; i < x.rank(); ++i) reduce.push_back(i);
+  double count = static_cast<double>(NumElements(trailing));
+  Val mean = e.BroadcastInDim(e.Reshape(e.Convert(c.tensor(3), acc), lead), xc.dims(), keep);
+  Val rstd = e.BroadcastInDim(e.Reshape(e.Convert(c.tensor(4), acc), lead), xc.dims(), keep);
+  Val xhat = e.Binary("multiply", e.Binary("subtract", xc, mean), rstd);
+  Dims trailing_dims;
+  for (int64_t i = axis; i < x.rank(); ++i) trailing_dims.push_back(i);
+  Val gw = gc;
+  if (!c.is_none(5)) gw = e.Binary("multiply", gc, e.BroadcastInDim(e.Convert(c.tensor(5), acc), xc.dims(), trailing_dims));
+  std::vector<Val> out(3);
+  if (mask[0]) {
+    Val sum_gw = e.BroadcastInDim(SumDims(e, gw, reduce, acc), xc.dims(), keep);
+    Val sum_gwx = e.BroadcastInDim(SumDims(e, e.Binary("multiply", gw, xhat), reduce, acc), xc.dims(), keep);
+    Val n = e.Full(count, xc.type);
+    Val inner = e.Binary("subtract", e.Binary("subtract", e.Binary("multiply", gw, n), sum_gw),
+                         e.Binary("multiply", xhat, sum_gwx));
+    out[0] = e.Binary("divide", e.Binary("multiply", inner, rstd), n);
+  }
+  if (mask[1] && !c.is_none(5)) out[1] = e.Reshape(SumDims(e, e.Binary("multiply", gc, xhat), keep, acc), trailing);
+  if (mask[2] && !c.is_none(6)) out[2] = e.Reshape(SumDims(e, gc, keep, acc), trailing);
+  return out;
+}
+
+// native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean [N, G], rstd [N, G])
+std::vector<Val> LowerGroupNorm(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Emitter& e = c.e;
+  int64_t n = c.int_arg(3), ch = c.int_arg(4), hw = c.int_arg(5), groups = c.int_arg(6);
+  ElementType acc = Opmath(c.out(0).dtype);
+  Val xg = e.Reshape(e.Convert(x, acc), {n, groups, ch / groups * hw});
+  double count = static_cast<double>(ch / groups * hw);
+  Val mean = e.Binary("divide", SumDims(e, xg, {2}, acc), e.Full(count, TensorType{acc, {n, groups}}));
+  Val centered = e.Binary("subtract", xg, e.BroadcastInDim(mean, xg.dims(), {0, 1}));
+  Val var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), {2}, acc), e.Full(count, mean.type));
+  Val rstd = e.Unary("rsqrt", e.Binary("add", var, e.Full(c.double_arg(7), var.type)));
+  Val y = e.Reshape(e.Binary("multiply", centered, e.BroadcastInDim(rstd, xg.dims(), {0, 1})), x.dims());
+  if (!c.is_none(1)) y = e.Binary("multiply", y, e.BroadcastInDim(e.Convert(c.tensor(1), acc), x.dims(), {1}));
+  if (!c.is_none(2)) y = e.Binary("add", y, e.BroadcastInDim(e.Convert(c.tensor(2), acc), x.dims(), {1}));
+  return {e.Convert(y, c.out(0).dtype), e.Convert(mean, c.out(1).dtype), e.Convert(rstd, c.out(2).dtype)};
+}
+
+// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask)
+std::vector<Val> LowerGroupNormBackward(LowerCtx& c) {
+  Val g = c.tensor(0), x = c.tensor(1);
+  Emitter& e = c.e;
+  int64_t n = c.int_arg(5), ch = c.int_arg(6), hw = c.int_arg(7), groups = c.int_arg(8);
+  Dims mask = c.int_list(9);
+  ElementType acc = Opmath(x.dtype());
+  Dims shape4{n, groups, ch / groups, hw};
+  Val gc = e.Reshape(e.Convert(g, acc), shape4), xc = e.Reshape(e.Convert(x, acc), shape4);
+  Val mean = e.BroadcastInDim(e.Convert(c.tensor(2), acc), shape4, {0, 1});
+  Val rstd = e.BroadcastInDim(e.Convert(c.tensor(3), acc), shape4, {0, 1});
+  Val xhat = e.Binary("multiply", e.Binary("subtract", xc, mean), rstd);
+  Val w = c.is_none(4) ? e.Full(1, TensorType{acc, {ch}}) : e.Convert(c.tensor(4), acc);
+  Val w4 = e.BroadcastInDim(e.Reshape(w, {groups, ch / groups}), shape4, {1, 2});
+  Val gw = e.Binary("multiply", gc, w4);
+  std::vector<Val> out(3);
+  if (mask[0]) {
+    double count = static_cast<double>(ch / groups * hw);
+    Val sum_gw = e.BroadcastInDim(SumDims(e, gw, {2, 3}, acc), shape4, {0, 1});
+    Val sum_gwx = e.BroadcastInDim(SumDims(e, e.Binary("multiply", gw, xhat), {2, 3}, acc), shape4, {0, 1});
+    Val cnt = e.Full(count, xc.type);
+    Val inner = e.Binary("subtract", e.Binary("subtract", e.Binary("multiply", gw, cnt), sum_gw),
+                         e.Binary("multiply", xhat, sum_gwx));
+    out[0] = e.Reshape(e.Binary("divide", e.Binary("multiply", inner, rstd), cnt), x.dims());
+  }
+  if (mask[1]) out[1] = e.Reshape(SumDims(e, e.Binary("multiply", gc, xhat), {0, 3}, acc), {ch});
+  if (mask[2]) out[2] = e.Reshape(SumDims(e, gc, {0, 3}, acc), {ch});
+  return out;
+}
+
+// ------------------------------------------------------------ losses
+
+enum Reduction { kNone = 0, kMean = 1, kSum = 2 };
+
+// One-hot mask [..., C] (class dim `class_dim`) of `target`, all-zero where target is out of range.
+Val OneHot(Emitter& e, const Val& target, const Dims& dims, int64_t class_dim) {
+  Dims mapping;
+  for (int64_t i = 0; i < static_cast<int64_t>(dims.size()); ++i) {
+    if (i != class_dim) mapping.push_back(i);
+  }
+  Val t = e.BroadcastInDim(e.Convert(target, ElementType::kS64), dims, mapping);
+  return e.Compare("EQ", t, e.Iota(TensorType{ElementType::kS64, dims}, class_dim));
+}
+
+struct NllParts {
+  Val weight;      // per-sample weight (0 where ignored), shape of target
+  Val onehot;      // [..., C] bool
+  int64_t class_dim;
+};
+
+NllParts NllSetup(LowerCtx& c, const Val& self, const Val& target, size_t weight_i, int64_t ignore_index,
+                  ElementType acc) {
+  Emitter& e = c.e;
+  NllParts p;
+  p.class_dim = self.rank() == 1 ? 0 : 1;
+  p.onehot = OneHot(e, target, self.dims(), p.class_dim);
+  Val tgt = e.Convert(target, ElementType::kS64);
+  Val keep = e.Compare("NE", tgt, e.Full(static_cast<double>(ignore_index), tgt.type));
+  Val w = e.Convert(keep, acc);
+  if (!c.is_none(weight_i)) {
+    // weight[target] as a masked sum over classes.
+    Val cw = e.BroadcastInDim(e.Convert(c.tensor(weight_i), acc), self.dims(), {p.class_dim});
+    Val picked = SumDims(e, e.Select(p.onehot, cw, e.Full(0, cw.type)), {p.class_dim}, acc);
+    w = e.Binary("multiply", w, picked);
+  }
+  p.weight = w;
+  return p;
+}
+
+// nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction, ignore_index)
+//   -> (output, total_weight)
+std::vector<Val> LowerNllLoss(LowerCtx& c) {
+  Val self = c.tensor(0), target = c.tensor(1);
+  Emitter& e = c.e;
+  ElementType acc = Opmath(self.dtype());
+  NllParts p = NllSetup(c, self, target, 2, c.int_arg(4), acc);
+  Val x = e.Convert(self, acc);
+  Val picked = SumDims(e, e.Select(p.onehot, x, e.Full(0, x.type)), {p.class_dim}, acc);
+  Val losses = e.Unary("negate", e.Binary("multiply", picked, p.weight));
+  Dims all;
+  for (int64_t i = 0; i < losses.rank(); ++i) all.push_back(i);
+  Val total_weight = SumDims(e, p.weight, all, acc);
+  int64_t reduction = c.int_arg(3);
+  Val out;
+  if (reduction == kNone) {
+    out = losses;
+  } else {
+    out = SumDims(e, losses, all, acc);
+    if (reduction == kMean) out = e.Binary("divide", out, total_weight);
+  }
+  return {e.Convert(e.Reshape(out, c.out(0).dims), c.out(0).dtype),
+          e.Convert(e.Reshape(total_weight, c.out(1).dims), c.out(1).dtype)};
+}
+
+// nll_loss_backward / nll_loss2d_backward(grad_output, self, target, weight?, reduction,
+//                                         ignore_index, total_weight)
+std::vector<Val> LowerNllLossBackward(LowerCtx& c) {
+  Val g = c.tensor(0), self = c.tensor(1), target = c.tensor(2);
+  Emitter& e = c.e;
+  ElementType acc = Opmath(self.dtype());
+  NllParts p = NllSetup(c, self, target, 3, c.int_arg(5), acc);
+  int64_t reduction = c.int_arg(4);
+  Val scale = p.weight;  // per sample
+  Val gc = e.Convert(g, acc);
+  if (reduction == kNone) {
+    scale = e.Binary("multiply", scale, e.Reshape(gc, scale.dims()));
+  } else {
+    Val gs = e.Reshape(gc, {});
+    if (reduction == kMean) gs = e.Binary("divide", gs, e.Reshape(e.Convert(c.tensor(6), acc), {}));
+    scale = e.Binary("multiply", scale, e.BroadcastTo(gs, scale.dims()));
+  }
+  Dims mapping;
+  for (int64_t i = 0; i < self.rank(); ++i) {
+    if (i != p.class_dim) mapping.push_back(i);
+  }
+  Val spread = e.BroadcastInDim(e.Unary("negate", scale), self.dims(), mapping);
+  Val grad = e.Select(p.onehot, spread, e.Full(0, spread.type));
+  return {e.Convert(grad, c.out().dtype)};
+}
+
+// mse_loss(self, target, reduction=1)
+std::vector<Val> LowerMseLoss(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType acc = Opmath(c.out().dtype);
+  Val a = e.Convert(c.tensor(0), acc), b = Coerce(e, c.tensor(1), c.tensor(0).dims(), acc);
+  Val d = e.Binary("subtract", a, b);
+  Val sq = e.Binary("multiply", d, d);
+  int64_t reduction = c.int_arg(2, kMean);
+  if (reduction == kNone) return {e.Convert(sq, c.out().dtype)};
+  Dims all;
+  for (int64_t i = 0; i < sq.rank(); ++i) all.push_back(i);
+  Val s = SumDims(e, sq, all, acc);
+  if (reduction == kMean) s = e.Binary("divide", s, e.Scalar(static_cast<double>(std::max<int64_t>(sq.numel(), 1)), acc));
+  if (reduction == kMean && sq.numel() == 0) s = e.Scalar(NAN, acc);
+  return {e.Convert(s, c.out().dtype)};
+}
+
+// mse_loss_backward(grad_output, self, target, reduction)
+std::vector<Val> LowerMseLossBackward(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType acc = Opmath(c.out().dtype);
+  Val x = c.tensor(1);
+  Val a = e.Convert(x, acc), b = Coerce(e, c.tensor(2), x.dims(), acc);
+  Val g = Coerce(e, c.tensor(0), x.dims(), acc);
+  double scale = 2.0;
+  if (c.int_arg(3) == kMean) scale /= static_cast<double>(std::max<int64_t>(x.numel(), 1));
+  Val r = e.Binary("multiply", e.Binary("multiply", e.Full(scale, a.type), e.Binary("subtract", a, b)), g);
+  return {e.Convert(r, c.out().dtype)};
+}
+
+}  // namespace
+
+void RegisterNNOps(Registry& r) {
+  // PrivateUse1 receives convolutions as convolution_overrideable, which has no Meta kernel of
+  // its own: aten::convolution has the same arguments and computes the same shapes.
+  r.Add("convolution_overrideable", LowerConvolution).meta_op = "convolution";
+  r.Add("convolution_backward_overrideable", LowerConvolutionBackward);
+  r.Add("max_pool2d_with_indices", LowerMaxPool2d);
+  r.Add("max_pool2d_with_indices_backward", LowerMaxPool2dBackward);
+  r.Add("avg_pool2d", LowerAvgPool2d);
+  r.Add("avg_pool2d_backward", LowerAvgPool2dBackward);
+  r.Add("_adaptive_avg_pool2d", LowerAdaptiveAvgPool2d);
+  r.Add("_adaptive_avg_pool2d_backward", LowerAdaptiveAvgPool2dBackward);
+  // native_batch_norm updates running_mean/var in place without saying so in its schema.
+  r.Add("native_batch_norm", LowerNativeBatchNorm).extra_mutations = {3, 4};
+  r.Add("_native_batch_norm_legit", LowerBatchNormLegit);
+  r.Add("_native_batch_norm_legit.no_stats", LowerBatchNormLegitNoStats);
+  r.Add("_native_batch_norm_legit_no_training", LowerBatchNormLegitNoTraining);
+  r.Add("_batch_norm_with_update", LowerBatchNormWithUpdate);
+  r.Add("_batch_norm_no_update", LowerBatchNormNoUpdate);
+  r.Add("native_batch_norm_backward", LowerNativeBatchNormBackward);
+  r.Add("batch_norm_backward", LowerBatchNormBackward2);
+  r.Add("native_layer_norm", LowerLayerNorm);
+  r.Add("native_layer_norm_backward", LowerLayerNormBackward);
+  r.Add("native_group_norm", LowerGroupNorm);
+  r.Add("native_group_norm_backward", LowerGroupNormBackward);
+  r.Add("nll_loss_forward", LowerNllLoss);
+  r.Add("nll_loss2d_forward", LowerNllLoss);
+  r.Add("nll_loss_backward", LowerNllLossBackward);
+  r.Add("nll_loss2d_backward", LowerNllLossBackward);
+  r.Add("mse_loss", LowerMseLoss);
+  r.Add("mse_loss_backward", LowerMseLossBackward);
+}
 
 }  // namespace torch_pjrt::lowering
