@@ -124,7 +124,7 @@ at::Tensor& set_(at::Tensor& self) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
                        AllocateLazyStorage(0, self.device().index()),
                        c10::GetAllocator(c10::DeviceType::PrivateUse1), /*resizable=*/true);
-  return set_source_Storage_storage_offset_(self, std::move(storage), 0, {0}, {});
+  return set_source_Storage_storage_offset_(self, std::move(storage), 0, {0}, {1});
 }
 
 }  // namespace

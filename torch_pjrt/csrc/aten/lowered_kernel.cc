@@ -355,10 +355,17 @@ struct NodeBuilder {
   }
 };
 
+// The one pjrt device every tensor argument is on. CPU tensors are accepted only as 0-d scalars,
+// as with CUDA; anything else is torch's device-mismatch error.
 int FindDevice(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   int device = -1;
+  const at::Tensor* foreign = nullptr;
   auto visit = [&](const at::Tensor& t) {
-    if (!IsPjrt(t)) return;
+    if (!t.defined()) return;
+    if (!IsPjrt(t)) {
+      if (t.dim() != 0 || !t.device().is_cpu()) foreign = &t;
+      return;
+    }
     if (device < 0) device = t.device().index();
     else if (t.device().index() != device) DeviceMismatch(c10::Device(c10::DeviceType::PrivateUse1, device), t.device());
   };
@@ -370,6 +377,7 @@ int FindDevice(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
     }
   }
   TORCH_CHECK(device >= 0, "pjrt: ", sig.name, " was dispatched to pjrt without any pjrt tensor");
+  if (foreign != nullptr) DeviceMismatch(c10::Device(c10::DeviceType::PrivateUse1, device), foreign->device());
   return device;
 }
 

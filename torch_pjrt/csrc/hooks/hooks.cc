@@ -36,6 +36,14 @@ c10::DeviceIndex SafeDeviceCount() noexcept {
 
 // ---------------------------------------------------------------- device guard
 
+// A device with its index filled in (torch passes index -1 for "the current device").
+c10::Device Resolve(c10::Device d) {
+  return d.has_index() && d.index() >= 0 ? d : c10::Device(kPjrt, aten::CurrentDevice());
+}
+c10::DeviceIndex ResolveIndex(c10::DeviceIndex index) {
+  return index >= 0 ? index : aten::CurrentDevice();
+}
+
 struct PjrtEvent {
   c10::DeviceIndex device;
   std::chrono::steady_clock::time_point recorded_at;
@@ -58,7 +66,7 @@ struct PjrtGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (d.index() >= 0) aten::SetCurrentDevice(d.index());
   }
   c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, Resolve(d));
   }
   c10::Stream getDefaultStream(c10::Device d) const override { return getStream(d); }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getStream(d); }
@@ -69,7 +77,7 @@ struct PjrtGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // Events: recording flushes the pending graph, so "work before the event" is work started.
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag) const override {
-    c10::DeviceIndex device = device_index >= 0 ? device_index : stream.device_index();
+    c10::DeviceIndex device = device_index >= 0 ? device_index : ResolveIndex(stream.device_index());
     auto* e = static_cast<PjrtEvent*>(*event);
     if (e == nullptr) {
       e = new PjrtEvent{device, {}, false};
@@ -99,14 +107,13 @@ struct PjrtGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 "Both events must be recorded before calculating elapsed time.");
     return std::chrono::duration<double, std::milli>(b->recorded_at - a->recorded_at).count();
   }
-  bool queryStream(const c10::Stream& s) const override { return graph::DeviceIdle(s.device_index()); }
-  void synchronizeStream(const c10::Stream& s) const override {
-    graph::SyncDevice(s.device_index(), graph::SyncCause::kAccelerator);
-    graph::WaitDevice(s.device_index());
+  bool queryStream(const c10::Stream& s) const override {
+    return graph::DeviceIdle(ResolveIndex(s.device_index()));
   }
+  void synchronizeStream(const c10::Stream& s) const override { synchronizeDevice(s.device_index()); }
   // "All pending work on the device is done": materialize the trace, then wait for it.
   void synchronizeDevice(const c10::DeviceIndex device) const override {
-    c10::DeviceIndex d = device >= 0 ? device : aten::CurrentDevice();
+    c10::DeviceIndex d = ResolveIndex(device);
     graph::SyncDevice(d, graph::SyncCause::kAccelerator);
     graph::WaitDevice(d);
   }

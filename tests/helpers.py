@@ -1,0 +1,55 @@
+"""Shared test helpers."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+DEVICE = "pjrt"
+
+
+def run_python(code, env=None, timeout=300, check=True):
+    """Runs `code` in a fresh interpreter; returns the CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"subprocess failed ({proc.returncode}):\nSTDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr}")
+    return proc
+
+
+def to_cpu(x):
+    if isinstance(x, torch.Tensor):
+        return x.cpu()
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_cpu(v) for v in x)
+    return x
+
+
+def to_pjrt(x, device=DEVICE):
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_pjrt(v, device) for v in x)
+    return x
+
+
+def assert_close(actual, expected, **kw):
+    torch.testing.assert_close(to_cpu(actual), expected, **kw)
+
+
+class Counters:
+    """Counter deltas over a block: `with Counters() as c: ...; c["Executions"]`."""
+
+    def __enter__(self):
+        self.before = torch.pjrt.metrics.counters()
+        return self
+
+    def __exit__(self, *exc):
+        self.after = torch.pjrt.metrics.counters()
+        return False
+
+    def __getitem__(self, name):
+        return self.after.get(name, 0) - self.before.get(name, 0)

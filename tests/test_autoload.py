@@ -1,0 +1,80 @@
+"""The pjrt device comes with `import torch` alone, through the torch.backends entry point."""
+from helpers import run_python
+
+
+def test_autoload_in_fresh_process():
+    out = run_python("""
+        import sys, torch
+        x = torch.ones(2, device="pjrt")
+        assert "torch_pjrt" in sys.modules  # loaded by torch itself, not by us
+        print(x.device, x.cpu().tolist())
+    """).stdout
+    assert "pjrt:0 [1.0, 1.0]" in out
+
+
+def test_autoload_can_be_disabled():
+    out = run_python("""
+        import sys, torch
+        assert "torch_pjrt" not in sys.modules
+        try:
+            torch.ones(2, device="pjrt")
+        except RuntimeError as e:
+            print("refused:", e)
+        import torch_pjrt  # an explicit import still registers the device
+        print(torch.ones(2, device="pjrt").cpu().tolist())
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}).stdout
+    assert "refused:" in out
+    assert "[1.0, 1.0]" in out
+
+
+def test_import_loads_no_plugin_and_starts_no_client():
+    out = run_python("""
+        import torch
+        maps = open("/proc/self/maps").read()
+        print("plugin_loaded", "xla_cpu_pjrt" in maps)
+        print("client", torch.pjrt.is_initialized())
+        print("available", torch.pjrt.is_available())  # decided without loading the library
+        print("plugin_loaded_after_is_available", "xla_cpu_pjrt" in open("/proc/self/maps").read())
+        torch.zeros(1, device="pjrt")
+        print("client_after_use", torch.pjrt.is_initialized())
+    """).stdout
+    assert "plugin_loaded False" in out
+    assert "client False" in out
+    assert "available True" in out
+    assert "plugin_loaded_after_is_available False" in out
+    assert "client_after_use True" in out
+
+
+def test_backend_is_renamed_and_module_registered():
+    out = run_python("""
+        import torch
+        print(torch._C._get_privateuse1_backend_name(), hasattr(torch, "pjrt"))
+        print(torch.device("pjrt:1").type)
+    """).stdout
+    assert "pjrt True" in out
+    assert "pjrt" in out.splitlines()[1]
+
+
+def test_default_device_count_is_one():
+    out = run_python("""
+        import torch
+        print("count", torch.pjrt.device_count())
+    """, env={"TORCH_PJRT_CPU_DEVICE_COUNT": "1"}).stdout
+    assert "count 1" in out
+
+
+def test_broken_torch_pjrt_registration_never_breaks_import_torch():
+    # A PrivateUse1 backend already claimed by someone else: we warn, torch still imports.
+    out = run_python("""
+        import warnings
+        warnings.simplefilter("always")
+        import torch
+        torch.utils.rename_privateuse1_backend("other")
+        import importlib, torch_pjrt
+        torch_pjrt._registered = False
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            torch_pjrt._autoload()
+        print("warned", any("could not register" in str(x.message) for x in w))
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}).stdout
+    assert "warned True" in out

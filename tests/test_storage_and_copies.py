@@ -1,0 +1,179 @@
+"""Storage-level tensors (design decision 1): views alias, data_ptr semantics, resize_/set_, and
+copies between CPU and pjrt and between pjrt devices, checked against CPU results."""
+import pickle
+import io
+
+import pytest
+import torch
+
+from helpers import Counters, assert_close
+
+
+@pytest.fixture
+def pair():
+    torch.manual_seed(0)
+    a = torch.randn(4, 6)
+    return a.clone(), a.to("pjrt")
+
+
+def test_round_trip_dtypes():
+    for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+                  torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64]:
+        a = (torch.randn(3, 5) * 10).to(dtype)
+        assert torch.equal(a.to("pjrt").cpu(), a), dtype
+
+
+def test_copy_converts_dtype_and_broadcasts(pair):
+    a, x = pair
+    y = torch.empty(4, 6, dtype=torch.float64, device="pjrt")
+    y.copy_(a)  # cpu float32 -> pjrt float64
+    assert_close(y, a.double())
+    z = torch.empty(3, 4, 6, device="pjrt")
+    z.copy_(x)  # broadcast on device
+    assert_close(z, a.expand(3, 4, 6))
+    h = torch.empty(4, 6, dtype=torch.int32)
+    h.copy_(x)  # pjrt float -> cpu int
+    assert torch.equal(h, a.to(torch.int32))
+
+
+def test_non_contiguous_sources_and_destinations(pair):
+    a, x = pair
+    assert torch.equal(a.t().to("pjrt").cpu(), a.t())
+    assert torch.equal(a[:, ::2].to("pjrt").cpu(), a[:, ::2])
+    assert torch.equal(x.t().cpu(), a.t())
+    assert torch.equal(x[1:3, 1::2].cpu(), a[1:3, 1::2])
+    dst = torch.zeros(6, 4).t()  # non-contiguous CPU destination
+    dst.copy_(x)
+    assert torch.equal(dst, a)
+    x.t()[2:4].copy_(torch.ones(2, 4))
+    a.t()[2:4] = 1
+    assert torch.equal(x.cpu(), a)
+
+
+def test_views_alias_their_base(pair):
+    a, x = pair
+    x[0].add_(1)
+    a[0] += 1
+    assert_close(x, a)
+    v = x.view(2, 12)
+    v[1, 3:7].mul_(-2)
+    a.view(2, 12)[1, 3:7] *= -2
+    assert_close(x, a)
+    x.t()[1].zero_()
+    a.t()[1] = 0
+    assert_close(x, a)
+    d = x.diagonal()
+    d.fill_(7)
+    a.diagonal().fill_(7)
+    assert_close(x, a)
+    u = x.unfold(1, 2, 2)
+    assert_close(u, a.unfold(1, 2, 2))
+    e = x[:1].expand(5, 6)
+    assert_close(e * 1, a[:1].expand(5, 6))
+    assert x._base is None and v._base is x
+
+
+def test_data_ptr_semantics(pair):
+    _, x = pair
+    assert x[1].data_ptr() == x.data_ptr() + 6 * 4
+    assert x.t().data_ptr() == x.data_ptr()
+    assert x.view(-1).data_ptr() == x.data_ptr()
+    assert x.untyped_storage().data_ptr() == x.data_ptr()
+    y = torch.empty(3, device="pjrt")
+    assert y.data_ptr() != x.data_ptr()
+
+
+def test_writes_through_overlapping_and_strided_views():
+    base = torch.arange(12.).to("pjrt")
+    ref = torch.arange(12.)
+    base.as_strided((3, 2), (3, 2), 1).mul_(10)
+    ref.as_strided((3, 2), (3, 2), 1).mul_(10)
+    assert_close(base, ref)
+    assert_close(base.as_strided((4, 3), (2, 1)), ref.as_strided((4, 3), (2, 1)))  # overlapping read
+
+
+def test_dtype_reinterpreting_views():
+    a = torch.randn(8)
+    x = a.to("pjrt")
+    assert torch.equal(x.view(torch.int32).cpu(), a.view(torch.int32))
+    assert torch.equal(x.view(torch.int16).cpu(), a.view(torch.int16))
+    assert torch.equal(x.view(torch.float64).cpu(), a.view(torch.float64))
+    x.view(torch.int32)[2] = 0
+    a.view(torch.int32)[2] = 0
+    assert torch.equal(x.cpu(), a)
+
+
+def test_resize_and_set():
+    x = torch.arange(4.).to("pjrt")
+    x.resize_(2, 4)
+    assert x.shape == (2, 4)
+    assert x.view(-1)[:4].cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    y = torch.empty(0, device="pjrt")
+    y.set_(x.untyped_storage(), 2, (3,), (1,))
+    assert y.cpu().tolist() == [2.0, 3.0, x.view(-1)[4].item()]
+    y.fill_(9)
+    assert x.view(-1)[2:5].cpu().tolist() == [9.0, 9.0, 9.0]
+    z = torch.empty(0, device="pjrt").set_(x)
+    assert z.data_ptr() == x.data_ptr() and z.shape == x.shape
+    w = torch.ones(3, device="pjrt")
+    w.set_()
+    assert w.numel() == 0
+
+
+def test_uninitialized_storage_reads_as_zeros_without_transfer():
+    with Counters() as c:
+        x = torch.empty(5, device="pjrt")
+        assert x.cpu().tolist() == [0.0] * 5
+    assert c["TransfersToDevice"] == 0
+
+
+def test_scalars_and_item():
+    x = torch.tensor([1.5, 2.5]).to("pjrt")
+    assert x.sum().item() == 4.0
+    assert x[1].item() == 2.5
+    assert bool(x.gt(2).any()) is True
+    assert int(torch.tensor(7).to("pjrt")) == 7
+
+
+def test_serialization_round_trip():
+    x = torch.randn(3, 3).to("pjrt")
+    buf = io.BytesIO()
+    torch.save(x, buf)
+    buf.seek(0)
+    y = torch.load(buf, map_location="cpu")
+    assert torch.equal(y, x.cpu())
+    buf.seek(0)
+    z = torch.load(buf)
+    assert z.device.type == "pjrt" and torch.equal(z.cpu(), x.cpu())
+
+
+def test_copies_between_devices():
+    a = torch.randn(3, 4)
+    x0 = a.to("pjrt:0")
+    x1 = x0.to("pjrt:1")
+    assert x1.device == torch.device("pjrt:1")
+    assert torch.equal(x1.cpu(), a)
+    x3 = x1.t().to("pjrt:3")  # non-contiguous source across devices
+    assert torch.equal(x3.cpu(), a.t())
+    y = torch.zeros(4, 3, device="pjrt:2")
+    y.copy_(x1.t() * 2)  # pending work on device 1 is synced first
+    assert torch.equal(y.cpu(), a.t() * 2)
+    back = y.to("pjrt:0")
+    assert torch.equal(back.cpu(), a.t() * 2)
+    with pytest.raises(RuntimeError, match="same device"):
+        x0 + x1
+
+
+def test_ops_on_each_device_stay_there():
+    for d in range(4):
+        x = torch.ones(2, device=f"pjrt:{d}") * (d + 1)
+        assert x.device.index == d
+        assert x.cpu().tolist() == [d + 1.0, d + 1.0]
+
+
+def test_cpu_scalar_tensors_mix_with_pjrt():
+    x = torch.ones(3, device="pjrt")
+    y = x * torch.tensor(2.5)  # 0-d CPU tensor is allowed, like with CUDA
+    assert y.cpu().tolist() == [2.5] * 3
+    with pytest.raises(RuntimeError, match="same device"):
+        x + torch.ones(3)
