@@ -23,31 +23,36 @@ bool g_warnings = [] {
 
 }  // namespace
 
-void RunCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const c10::OperatorName& name = op.schema().operator_name();
-  std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
-  graph::Metrics::Increment(graph::Counter::kFallbackOps);
-  graph::Metrics::IncrementNamed(full);
-  {
-    static std::mutex mutex;
-    static std::set<std::string> warned;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (g_warnings && warned.insert(full).second) {
-      TORCH_WARN("torch_pjrt: ", full, " has no pjrt lowering and runs on the CPU (each call syncs "
-                 "the device and copies its tensors). Silence with "
-                 "torch.pjrt.set_fallback_warnings(False) or TORCH_PJRT_FALLBACK_WARNINGS=0.");
-    }
-  }
+void RunCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const char* why) {
+  // Counted by op name, whichever overload ran (structured ops arrive as their .out variant).
+  const std::string& full = op.schema().operator_name().name;
   // One sync for all pending work, so the copies below find everything materialized.
   graph::SyncAllDevices(graph::SyncCause::kFallback);
   at::native::cpu_fallback(op, stack, /*error_on_views=*/false);
+  // Counted and reported only once it ran: arguments the CPU kernel rejects are the user's error.
+  graph::Metrics::Increment(graph::Counter::kFallbackOps);
+  graph::Metrics::IncrementNamed(full);
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (g_warnings && warned.insert(full).second) {
+    TORCH_WARN("torch_pjrt: ", full, " ", why, ", so it runs on the CPU (each call syncs the device "
+               "and copies its tensors). Silence with torch.pjrt.set_fallback_warnings(False) or "
+               "TORCH_PJRT_FALLBACK_WARNINGS=0.");
+  }
 }
+
+namespace {
+void FallbackForUnloweredOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  RunCpuFallback(op, stack, "has no pjrt lowering");
+}
+}  // namespace
 
 bool FallbackWarningsEnabled() { return g_warnings; }
 void SetFallbackWarningsEnabled(bool enabled) { g_warnings = enabled; }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&RunCpuFallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&FallbackForUnloweredOp>());
 }
 
 }  // namespace torch_pjrt::aten

@@ -218,9 +218,10 @@ const MetaResult* CachedMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> 
   std::optional<MetaResult> r;
   try {
     r = RunMeta(sig, args);
-  } catch (const c10::Error&) {
+  } catch (const std::exception&) {
     // No shapes without running the op: data-dependent shapes (boolean masks), ops whose Meta
-    // kernel is missing, or invalid arguments. The CPU path computes it or raises torch's error.
+    // kernel is missing, or invalid arguments. The CPU path computes the result, or raises the
+    // very error CPU eager raises for these arguments.
   }
   if (cache->size() > 200000) cache->clear();
   const auto& stored = cache->emplace(key, std::move(r)).first->second;
@@ -391,7 +392,7 @@ class LoweredKernel final : public c10::OperatorKernel {
     int device = FindDevice(sig, args);
     const MetaResult* meta_ptr = CachedMeta(sig, args);
     if (meta_ptr == nullptr) {
-      RunCpuFallback(op, stack);
+      RunCpuFallback(op, stack, "has no static result shape for these arguments (e.g. a boolean mask)");
       return;
     }
     const MetaResult& meta = *meta_ptr;

@@ -242,6 +242,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_live_nodes", &graph::LiveNodeCount);
   m.def("_live_storages", &graph::LazyStorage::LiveCount);
   m.def("_missing_lowerings", [] { return MissingLowerings(); });
+  // Compiles StableHLO text with the active plugin and returns its number of outputs: a debugging
+  // aid for lowering authors and plugin vendors (errors come back as RuntimeError).
+  m.def("_compile_stablehlo", [](const std::string& text) {
+    py::gil_scoped_release no_gil;
+    return runtime::Executable::Compile(runtime::GetClient(), text)->num_outputs();
+  });
   m.def("_shutdown", [] {
     py::gil_scoped_release no_gil;
     Shutdown();
