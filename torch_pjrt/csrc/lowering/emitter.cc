@@ -249,6 +249,11 @@ Val Emitter::Convert(const Val& x, ElementType t) {
     // convert-to-pred truncates on some backends; torch means "!= 0".
     return Compare("NE", x, Full(0, x.type));
   }
+  if (IsFloating(x.dtype()) && IsIntegral(t) && ItemSize(t) < 8) {
+    // torch converts floats to narrow integers through int64, so out-of-range values wrap
+    // (-8.5 -> 248 as uint8) where XLA's direct conversion would saturate.
+    return Convert(Convert(x, ElementType::kS64), t);
+  }
   Val v = NewValue(TensorType{t, x.dims()});
   Line(Name(v) + " = stablehlo.convert " + Name(x) + " : (" + TypeString(x) + ") -> " +
        TypeString(v));
