@@ -1,0 +1,168 @@
+"""The lazy graph engine: value scalars, sync causes, the pending-size bound, compile caches
+(memory LRU, disk, corrupt entries), compile explanations and StableHLO dumps."""
+import glob
+import os
+
+import pytest
+import torch
+
+from helpers import Counters, run_python
+
+
+def test_value_scalars_never_recompile():
+    x = torch.randn(8).to("pjrt")
+    for i, s in enumerate([0.5, 1.25, -3.0, 7.0]):
+        with Counters() as c:
+            y = (x * s + (i + 1)).sum().item()
+        torch.testing.assert_close(y, (x.cpu() * s + (i + 1)).sum().item(), rtol=1e-5, atol=1e-5)
+        if i > 0:
+            assert c["GraphsCompiled"] == 0 and c["CacheHitsMemory"] == 1
+
+
+def test_one_graph_per_sync_covers_every_live_tensor():
+    a = torch.randn(4).to("pjrt")
+    b, c2, d = a + 1, a * 2, a - 3
+    with Counters() as c:
+        b.cpu()  # materializes c2 and d too, in the same execution
+        c2.cpu()
+        d.cpu()
+    assert c["Executions"] == 1
+
+
+def test_sync_causes_are_counted():
+    x = torch.ones(3, device="pjrt")
+    with Counters() as c:
+        (x + 1).cpu()
+        (x + 2).sum().item()
+        y = x * 3
+        torch.pjrt.synchronize()
+        z = x * 4
+        print(z)
+    assert c["Sync::to_cpu"] == 2 and c["Sync::item"] == 1 and c["Sync::synchronize"] == 1
+
+
+def test_pending_graph_is_cut_at_the_bound_and_memory_stays_bounded():
+    out = run_python("""
+        import resource, torch
+        torch.pjrt.set_max_pending_nodes(500)
+        x = torch.zeros(256, device="pjrt")
+        peaks = []
+        for i in range(6000):  # never syncs explicitly
+            x = x * 0.999 + 1.0
+            if i % 1000 == 999:
+                peaks.append(torch.pjrt._C._live_nodes())
+        c = torch.pjrt.metrics.counters()
+        print("cuts", c.get("Sync::graph_too_large", 0), "compiled", c["GraphsCompiled"])
+        print("max_live_nodes", max(peaks))
+        expected = 0.0
+        for i in range(6000):
+            expected = expected * 0.999 + 1.0
+        print("value_ok", abs(x[0].item() - expected) < 1e-2 * expected)
+    """).stdout
+    fields = dict(zip(out.split()[::2], out.split()[1::2]))
+    assert int(fields["cuts"]) >= 20
+    assert int(fields["compiled"]) <= 3  # the cut graphs repeat: cache hits
+    assert int(fields["max_live_nodes"]) <= 1100
+    assert fields["value_ok"] == "True"
+
+
+def test_memory_cache_capacity_is_an_lru(tmp_path):
+    out = run_python("""
+        import torch
+        torch.pjrt.set_cache_dir(None)
+        torch.pjrt._C._set_cache_size(2)
+        for shape in [2, 3, 4]:  # three different graphs
+            torch.ones(shape, device="pjrt").sum().item()
+        print("cached", torch.pjrt._C._cached_graphs())
+    """).stdout
+    assert "cached 2" in out
+
+
+def test_corrupt_disk_entries_are_recompiled_with_a_warning(tmp_path):
+    script = """
+        import warnings, torch
+        warnings.simplefilter("always")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            r = (torch.arange(6.0, device="pjrt") * 3).sum().item()
+        c = torch.pjrt.metrics.counters()
+        print("result", r, "compiled", c["GraphsCompiled"], "disk", c["CacheHitsDisk"],
+              "corrupt", c["CacheCorruptEntries"], "warned", any("unusable" in str(m.message) for m in w))
+    """
+    env = {"TORCH_PJRT_CACHE_DIR": str(tmp_path)}
+    assert "compiled 1 disk 0" in run_python(script, env=env).stdout
+    entries = glob.glob(str(tmp_path / "*.pjrtx"))
+    assert entries
+    for path in entries:  # truncate every entry
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+    out = run_python(script, env=env).stdout
+    assert "result 45.0" in out and "corrupt 1" in out and "warned True" in out and "compiled 1" in out
+    assert "compiled 0 disk 1" in run_python(script, env=env).stdout  # rewritten entry is good again
+    for path in glob.glob(str(tmp_path / "*.pjrtx")):  # garbage of the right size
+        size = os.path.getsize(path)
+        with open(path, "wb") as f:
+            f.write(os.urandom(size))
+    out = run_python(script, env=env).stdout
+    assert "result 45.0" in out and "corrupt 1" in out
+
+
+def test_disk_cache_can_be_disabled(tmp_path):
+    out = run_python("""
+        import torch
+        print("dir", torch.pjrt.cache_dir())
+        (torch.ones(3, device="pjrt") + 1).cpu()
+    """, env={"TORCH_PJRT_DISK_CACHE": "0", "TORCH_PJRT_CACHE_DIR": str(tmp_path)}).stdout
+    assert "dir None" in out
+    assert not glob.glob(str(tmp_path / "*"))
+
+
+def test_compile_log_explains_each_compile(tmp_path):
+    proc = run_python("""
+        import torch
+        x = torch.ones(4, device="pjrt")
+        torch.pjrt.synchronize()
+        (x + 1).cpu()
+        (x * 2 + 1).cpu()      # different graph -> explained
+        (x + 5).cpu()          # same structure as x + 1 -> no compile
+        torch.ones(7, device="pjrt").sum().item()
+    """, env={"TORCH_PJRT_LOG_COMPILES": "1", "TORCH_PJRT_DISK_CACHE": "0",
+              "TORCH_PJRT_DUMP_DIR": str(tmp_path)})
+    err = proc.stderr
+    lines = [l for l in err.splitlines() if l.startswith("[torch_pjrt] compiled graph")]
+    assert len(lines) == 4, err
+    assert "first graph compiled in this process" in err
+    assert "differs from cached graph" in err
+    assert "<string>:" in err  # the user line that forced the sync
+    assert "sync cause: synchronize" in err and "sync cause: to_cpu" in err and "sync cause: item" in err
+    assert "at op #0: `mul.Tensor tensor<4xf32>` where it had `add.Tensor tensor<4xf32>`" in err
+    dumps = glob.glob(str(tmp_path / "graph_*.mlir"))
+    assert len(dumps) == 4
+    assert "func.func public @main" in open(dumps[0]).read()
+
+
+def test_buffers_are_donated_for_in_place_updates():
+    w = torch.randn(64, 64).to("pjrt")
+    g = torch.randn(64, 64).to("pjrt")
+    torch.pjrt.synchronize()
+    for _ in range(3):
+        with Counters() as c:
+            w.sub_(g, alpha=0.1)
+            torch.pjrt.synchronize()
+        assert c["DonatedBuffers"] == 1
+    alias = w.view(-1)  # views share the storage, not the buffer: still donated
+    with Counters() as c:
+        w.mul_(0.5)
+        torch.pjrt.synchronize()
+    assert c["DonatedBuffers"] == 1 and alias.shape == (4096,)
+
+
+def test_execution_is_asynchronous():
+    x = torch.randn(1024, 1024).to("pjrt")
+    torch.pjrt.synchronize()
+    y = x @ x @ x @ x
+    torch.pjrt._C._synchronize(0, "synchronize", False)  # launch without waiting
+    # Tracing continues while the device computes; reading waits for the result.
+    z = (x + 1).sum()
+    torch.testing.assert_close(y.cpu()[0, :4], (x.cpu() @ x.cpu() @ x.cpu() @ x.cpu())[0, :4], rtol=1e-3, atol=1e-2)
+    assert z.item() == pytest.approx((x.cpu() + 1).sum().item(), rel=1e-4)
