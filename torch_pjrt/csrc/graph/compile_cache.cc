@@ -43,7 +43,9 @@ std::string DefaultDirectory() {
   return "";
 }
 
-bool MakeDirs(const std::string& path) {
+}  // namespace
+
+bool EnsureDirectory(const std::string& path) {
   std::string partial;
   std::stringstream ss(path);
   std::string part;
@@ -55,6 +57,8 @@ bool MakeDirs(const std::string& path) {
   }
   return true;
 }
+
+namespace {
 
 void PutU64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
 bool GetU64(const std::string& s, size_t* pos, uint64_t* v) {
@@ -192,7 +196,7 @@ void CompileCache::StoreToDisk(uint64_t key, const std::string& fingerprint,
     Warn(std::string("could not serialize an executable for the disk cache: ") + e.what());
     return;
   }
-  if (!MakeDirs(directory_)) {
+  if (!EnsureDirectory(directory_)) {
     Warn("cannot create the compile cache directory " + directory_ + ": " + std::strerror(errno));
     return;
   }

@@ -58,6 +58,9 @@ class CompileCache {
   std::unordered_map<uint64_t, Slot> map_;
 };
 
+// mkdir -p; false if the directory cannot be created.
+bool EnsureDirectory(const std::string& path);
+
 // Where warnings from below the ATen layer go (set by the Python layer; stderr by default).
 void SetWarningHandler(std::function<void(const std::string&)> handler);
 void Warn(const std::string& message);

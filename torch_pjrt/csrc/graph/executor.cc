@@ -147,6 +147,7 @@ void WriteDump(uint64_t key, const std::string& text) {
   const std::string& dir = Debug().dump_dir;
   if (dir.empty()) return;
   std::string path = dir + "/graph_" + Hex(key) + ".mlir";
+  EnsureDirectory(dir);
   std::ofstream f(path);
   if (!f) {
     Warn("cannot write StableHLO dump " + path);
@@ -268,19 +269,17 @@ void SyncDevice(int device, SyncCause cause) {
   ScopedTimer sync_timer(Timer::kSync);
   Metrics::IncrementNamed(std::string("Sync::") + SyncCauseName(cause));
   try {
-    // Donation: a parameter whose buffer nothing but this graph holds any more (its storage was
-    // overwritten or freed) can be reused for an output of the same type.
+    // Donation: when a storage read its old buffer in this trace and now gets a new value, the
+    // old buffer (if nothing else holds it) becomes the new value's memory. Updates in place keep
+    // a parameter at one address across steps, which also lets the plugin's matmul libraries
+    // reuse their packed copies of weights (docs/design.md has the measurements).
     std::vector<std::pair<int, int>> donations;
-    std::vector<bool> used(trace.params.size(), false);
-    for (size_t o = 0; o < outputs.size(); ++o) {
-      const TensorType& t = outputs[o].type();
-      for (size_t p = 0; p < trace.params.size(); ++p) {
-        const Node* param = trace.params[p].get();
-        if (used[p] || param->buffer.use_count() != 1 || !(param->out0 == t)) continue;
-        used[p] = true;
-        donations.push_back({static_cast<int>(p), static_cast<int>(o)});
-        break;
-      }
+    for (size_t o = 0; o < targets.size(); ++o) {
+      const LazyStorage* s = targets[o];
+      const Node* param = s->param_node;
+      if (s->param_epoch != trace.epoch || param == nullptr) continue;
+      if (param->buffer.use_count() != 1 || !(param->out0 == outputs[o].type())) continue;
+      donations.push_back({param->index, static_cast<int>(o)});
     }
     uint64_t key = 0x67726170ull;
     for (const Value& v : outputs) key = HashMix(HashMix(key, v.node->hash), v.index);
