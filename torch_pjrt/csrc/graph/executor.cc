@@ -247,6 +247,8 @@ std::string PluginFingerprint() {
                    ";api=" + std::to_string(client->plugin().api_major()) + "." +
                    std::to_string(client->plugin().api_minor()) + ";kind=" + client->device_kind();
   for (const auto& [k, v] : client->plugin().attributes()) fp += ";" + k + "=" + v;
+  // XLA flags change the generated code of XLA-based plugins.
+  if (const char* flags = std::getenv("XLA_FLAGS")) fp += std::string(";XLA_FLAGS=") + flags;
   return fp;
 }
 

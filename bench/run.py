@@ -1,0 +1,123 @@
+"""Runs every benchmark side by side and writes bench/results.md and bench/results.json.
+
+    .venv/bin/python bench/run.py [--skip-inductor]
+
+Every workload runs in a fresh process per backend (pjrt, CPU eager, torch.compile/inductor on
+the CPU) with a fresh, empty compile cache, so first-step times include compilation. Ratios are
+against CPU eager from the same run.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = sys.executable
+
+
+def run_workload(workload, backend, env=None):
+    full_env = dict(os.environ)
+    full_env["TORCH_PJRT_CACHE_DIR"] = tempfile.mkdtemp(prefix="torch_pjrt_bench_cache_")
+    full_env.update(env or {})
+    proc = subprocess.run([PY, os.path.join(HERE, "workloads.py"), workload, backend],
+                          capture_output=True, text=True, env=full_env, timeout=1800)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def import_time(autoload, runs=9):
+    """Wall time of `python -c "import torch"`; autoload=0 is torch without torch_pjrt."""
+    times = []
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="1" if autoload else "0")
+    code = "import time; t=time.perf_counter(); import torch; print(time.perf_counter()-t)"
+    for _ in range(runs):
+        out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, check=True)
+        times.append(float(out.stdout.strip()))
+    return statistics.median(times)
+
+
+def fmt(v, digits=1):
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--skip-inductor", action="store_true")
+    args = parser.parse_args()
+    backends = ["pjrt", "eager"] + ([] if args.skip_inductor else ["inductor"])
+    results = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+               "python": platform.python_version()}
+    for workload in ["tracing", "mlp", "cnn", "matmul"]:
+        results[workload] = {b: run_workload(workload, b) for b in backends}
+        print(workload, json.dumps(results[workload]), flush=True)
+    results["import"] = {"without_torch_pjrt_s": import_time(False), "with_torch_pjrt_s": import_time(True)}
+    print("import", results["import"], flush=True)
+
+    with open(os.path.join(HERE, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+
+    r = results
+    get = lambda w, b, k: r[w].get(b, {}).get(k)
+    lines = [
+        "# torch_pjrt benchmarks",
+        "",
+        f"Produced by `.venv/bin/python bench/run.py` on {r['date']} ({r['machine']}, Python {r['python']}).",
+        "Each number comes from its own fresh process with an empty compile cache; ratios are against",
+        "CPU eager from the same run. `inductor` is torch.compile on the CPU.",
+        "",
+        "| workload | metric | pjrt | CPU eager | inductor | pjrt / eager |",
+        "|---|---|---|---|---|---|",
+        f"| tracing (1000 small elementwise ops, then one sync) | µs per op, traced (pjrt) or run (eager) | "
+        f"{fmt(get('tracing', 'pjrt', 'us_per_op_trace'), 2)} | {fmt(get('tracing', 'eager', 'us_per_op_trace'), 2)} | "
+        f"{fmt(get('tracing', 'inductor', 'us_per_op_trace'), 2)} | "
+        f"{fmt(ratio(get('tracing', 'pjrt', 'us_per_op_trace'), get('tracing', 'eager', 'us_per_op_trace')), 2)} |",
+        f"| tracing, including the sync | µs per op | {fmt(get('tracing', 'pjrt', 'us_per_op_total'), 2)} | "
+        f"{fmt(get('tracing', 'eager', 'us_per_op_total'), 2)} | {fmt(get('tracing', 'inductor', 'us_per_op_total'), 2)} | "
+        f"{fmt(ratio(get('tracing', 'pjrt', 'us_per_op_total'), get('tracing', 'eager', 'us_per_op_total')), 2)} |",
+        f"| MLP 784-2048-2048-10, batch 128, SGD+momentum | training steps/s | {fmt(get('mlp', 'pjrt', 'steps_per_s'))} | "
+        f"{fmt(get('mlp', 'eager', 'steps_per_s'))} | {fmt(get('mlp', 'inductor', 'steps_per_s'))} | "
+        f"{fmt(ratio(get('mlp', 'pjrt', 'steps_per_s'), get('mlp', 'eager', 'steps_per_s')), 2)} |",
+        f"| MLP | first step (s, includes compile) | {fmt(get('mlp', 'pjrt', 'first_step_s'), 2)} | "
+        f"{fmt(get('mlp', 'eager', 'first_step_s'), 2)} | {fmt(get('mlp', 'inductor', 'first_step_s'), 2)} | "
+        f"{fmt(ratio(get('mlp', 'pjrt', 'first_step_s'), get('mlp', 'eager', 'first_step_s')), 1)} |",
+        f"| MLP | peak RSS (MB) | {fmt(get('mlp', 'pjrt', 'peak_rss_mb'), 0)} | {fmt(get('mlp', 'eager', 'peak_rss_mb'), 0)} | "
+        f"{fmt(get('mlp', 'inductor', 'peak_rss_mb'), 0)} | "
+        f"{fmt(ratio(get('mlp', 'pjrt', 'peak_rss_mb'), get('mlp', 'eager', 'peak_rss_mb')), 2)} |",
+        f"| small CNN inference, batch 64, 3x32x32 | images/s | {fmt(get('cnn', 'pjrt', 'images_per_s'), 0)} | "
+        f"{fmt(get('cnn', 'eager', 'images_per_s'), 0)} | {fmt(get('cnn', 'inductor', 'images_per_s'), 0)} | "
+        f"{fmt(ratio(get('cnn', 'pjrt', 'images_per_s'), get('cnn', 'eager', 'images_per_s')), 2)} |",
+        f"| 1024x1024 float32 matmul | GFLOP/s | {fmt(get('matmul', 'pjrt', 'gflops'))} | {fmt(get('matmul', 'eager', 'gflops'))} | "
+        f"{fmt(get('matmul', 'inductor', 'gflops'))} | "
+        f"{fmt(ratio(get('matmul', 'pjrt', 'gflops'), get('matmul', 'eager', 'gflops')), 2)} |",
+        "",
+        "| check | value |",
+        "|---|---|",
+        f"| MLP executions per training step (after warm-up) | {fmt(get('mlp', 'pjrt', 'executions_per_step'), 2)} |",
+        f"| MLP compiles / CPU fallbacks during the timed loop | {get('mlp', 'pjrt', 'compiles_in_loop')} / {get('mlp', 'pjrt', 'fallbacks_in_loop')} |",
+        f"| StableHLO lowerings / compiles on a cache hit (tracing loop) | {get('tracing', 'pjrt', 'lowered_on_cache_hit')} / {get('tracing', 'pjrt', 'compiled_on_cache_hit')} |",
+        f"| `import torch` without torch_pjrt (autoload off) | {r['import']['without_torch_pjrt_s']:.3f} s |",
+        f"| `import torch` with torch_pjrt autoloaded | {r['import']['with_torch_pjrt_s']:.3f} s |",
+        f"| difference | {r['import']['with_torch_pjrt_s'] - r['import']['without_torch_pjrt_s']:+.3f} s |",
+        "",
+    ]
+    errors = {f"{w}/{b}": v["error"] for w in ["tracing", "mlp", "cnn", "matmul"] for b, v in r[w].items() if "error" in v}
+    if errors:
+        lines += ["Errors:", ""] + [f"- {k}: {v}" for k, v in errors.items()] + [""]
+    with open(os.path.join(HERE, "results.md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

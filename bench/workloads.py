@@ -1,0 +1,150 @@
+"""One benchmark workload on one backend, in its own process (so peak RSS is its own).
+
+    python bench/workloads.py <workload> <backend>   ->  prints one JSON line
+
+backends: pjrt (this project), eager (CPU eager), inductor (torch.compile on the CPU).
+"""
+
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+
+def device_of(backend):
+    return "pjrt" if backend == "pjrt" else "cpu"
+
+
+def sync(backend):
+    if backend == "pjrt":
+        torch.pjrt.synchronize()
+
+
+def peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def tracing(backend):
+    """1000 small elementwise ops then one sync: per-op cost in steady state."""
+    dev = device_of(backend)
+    x = torch.randn(16).to(dev)
+
+    def run():
+        y = x
+        for _ in range(1000):
+            y = y * 0.999 + 0.5
+        return y
+
+    fn = torch.compile(run) if backend == "inductor" else run
+    for _ in range(3):
+        fn().cpu()
+    trace, total = [], []
+    for _ in range(15):
+        t0 = time.perf_counter()
+        y = fn()
+        t1 = time.perf_counter()
+        y.cpu()
+        t2 = time.perf_counter()
+        trace.append((t1 - t0) / 2000 * 1e6)  # 2 ops per iteration
+        total.append((t2 - t0) / 2000 * 1e6)
+    out = {"us_per_op_trace": statistics.median(trace), "us_per_op_total": statistics.median(total)}
+    if backend == "pjrt":
+        c0 = torch.pjrt.metrics.counters()
+        fn().cpu()
+        c1 = torch.pjrt.metrics.counters()
+        out["lowered_on_cache_hit"] = c1["GraphsLowered"] - c0["GraphsLowered"]
+        out["compiled_on_cache_hit"] = c1["GraphsCompiled"] - c0["GraphsCompiled"]
+    return out
+
+
+def mlp(backend):
+    """MLP 784-2048-2048-10, batch 128, SGD with momentum; loss.item() every step."""
+    dev = device_of(backend)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                          nn.Linear(2048, 10)).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(128, 784).to(dev)
+    y = torch.randint(0, 10, (128,)).to(dev)
+
+    def step():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if backend == "inductor":
+        step = torch.compile(step)
+    t0 = time.perf_counter()
+    step().item()
+    first = time.perf_counter() - t0
+    for _ in range(5):
+        step().item()
+    n = 40
+    c0 = torch.pjrt.metrics.counters() if backend == "pjrt" else None
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step().item()
+    elapsed = time.perf_counter() - t0
+    out = {"first_step_s": first, "steps_per_s": n / elapsed, "peak_rss_mb": peak_rss_mb()}
+    if c0 is not None:
+        c1 = torch.pjrt.metrics.counters()
+        out["executions_per_step"] = (c1["Executions"] - c0["Executions"]) / n
+        out["compiles_in_loop"] = c1["GraphsCompiled"] - c0["GraphsCompiled"]
+        out["fallbacks_in_loop"] = c1["FallbackOps"] - c0["FallbackOps"]
+    return out
+
+
+def cnn(backend):
+    """A small CNN, inference on 64 images of 3x32x32."""
+    dev = device_of(backend)
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(128, 10)).to(dev).eval()
+    x = torch.randn(64, 3, 32, 32).to(dev)
+    fn = torch.compile(model) if backend == "inductor" else model
+    with torch.no_grad():
+        for _ in range(3):
+            fn(x).cpu()
+        n = 20
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn(x).cpu()
+        elapsed = time.perf_counter() - t0
+    return {"images_per_s": n * 64 / elapsed}
+
+
+def matmul(backend):
+    """1024x1024 float32 matmul, GFLOP/s (each product is materialized)."""
+    dev = device_of(backend)
+    a = torch.randn(1024, 1024).to(dev)
+    b = torch.randn(1024, 1024).to(dev)
+    fn = torch.compile(torch.mm) if backend == "inductor" else torch.mm
+    for _ in range(3):
+        r = fn(a, b)
+        sync(backend)
+    n = 20
+    t0 = time.perf_counter()
+    for _ in range(n):
+        r = fn(a, b)
+        sync(backend)
+    r.cpu()
+    elapsed = time.perf_counter() - t0
+    return {"gflops": 2 * 1024 ** 3 * n / elapsed / 1e9}
+
+
+WORKLOADS = {"tracing": tracing, "mlp": mlp, "cnn": cnn, "matmul": matmul}
+
+if __name__ == "__main__":
+    workload, backend = sys.argv[1], sys.argv[2]
+    result = WORKLOADS[workload](backend)
+    print(json.dumps(result))
