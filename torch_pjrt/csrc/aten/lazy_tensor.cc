@@ -140,10 +140,32 @@ at::Tensor EmptyContiguous(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::D
   return EmptyStrided(sizes, strides, dtype, device);
 }
 
-graph::Value ReadValue(const at::Tensor& t) { return graph::ReadTensor(StorageOf(t), ViewOf(t)); }
+namespace {
+
+// Applies torch's lazy conjugate / negative bits (both involutions) to a value.
+graph::Value ApplyMathBits(graph::Value v, const at::Tensor& t) {
+  int device = t.device().index();
+  if (t.is_conj()) {
+    static const int conj = graph::InternalOp("pjrt::conj");
+    graph::TensorType type = v.type();
+    v = graph::MakeOp(conj, device, {v}, {graph::Arg::Tensor(0)}, {}, {type})[0];
+  }
+  if (t.is_neg()) {
+    static const int neg = graph::InternalOp("pjrt::neg");
+    graph::TensorType type = v.type();
+    v = graph::MakeOp(neg, device, {v}, {graph::Arg::Tensor(0)}, {}, {type})[0];
+  }
+  return v;
+}
+
+}  // namespace
+
+graph::Value ReadValue(const at::Tensor& t) {
+  return ApplyMathBits(graph::ReadTensor(StorageOf(t), ViewOf(t)), t);
+}
 
 void WriteValue(const at::Tensor& t, graph::Value v) {
-  graph::WriteTensor(StorageOf(t), ViewOf(t), std::move(v));
+  graph::WriteTensor(StorageOf(t), ViewOf(t), ApplyMathBits(std::move(v), t));
 }
 
 graph::Value Coerce(graph::Value v, ElementType dtype, c10::IntArrayRef sizes, int device) {

@@ -24,7 +24,8 @@ at::Tensor EmptyStrided(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::S
                         c10::DeviceIndex device);
 at::Tensor EmptyContiguous(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex device);
 
-// The lazily evaluated value of a pjrt tensor, and writing one into it.
+// The lazily evaluated value of a pjrt tensor, and writing one into it. Both honor torch's lazy
+// conjugate/negative bits (the value is the logical one; the storage keeps the raw one).
 graph::Value ReadValue(const at::Tensor& t);
 void WriteValue(const at::Tensor& t, graph::Value v);
 

@@ -382,6 +382,19 @@ int FindDevice(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   return device;
 }
 
+bool HasMaskIndices(c10::ArrayRef<c10::IValue> args) {
+  for (const c10::IValue& iv : args) {
+    if (!iv.isList() && !iv.isTensorList()) continue;
+    for (const c10::IValue& e : iv.toListRef()) {
+      if (e.isTensor() && e.toTensor().defined() &&
+          (e.toTensor().scalar_type() == c10::kBool || e.toTensor().scalar_type() == c10::kByte)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 class LoweredKernel final : public c10::OperatorKernel {
  public:
   explicit LoweredKernel(OpSignature sig) : sig_(std::move(sig)) {}
@@ -390,6 +403,10 @@ class LoweredKernel final : public c10::OperatorKernel {
     const OpSignature& sig = sig_;
     c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, sig.num_args);
     int device = FindDevice(sig, args);
+    if (sig.integer_indices_only && HasMaskIndices(args)) {
+      RunCpuFallback(op, stack, "got boolean-mask indices, whose result depends on the data");
+      return;
+    }
     const MetaResult* meta_ptr = CachedMeta(sig, args);
     if (meta_ptr == nullptr) {
       RunCpuFallback(op, stack, "has no static result shape for these arguments (e.g. a boolean mask)");

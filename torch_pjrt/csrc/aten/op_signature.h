@@ -40,6 +40,7 @@ struct OpSignature {
   std::vector<int> extra_mutations;         // from the lowering entry
   size_t num_returns = 0;                   // of `functional`
   bool meta_runs_op = false;                // `op` is an out= op lowered directly (no functional)
+  bool integer_indices_only = false;        // boolean index tensors take the CPU path
 
   OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional, c10::OperatorHandle meta)
       : op(std::move(op)), functional(std::move(functional)), meta(std::move(meta)) {}

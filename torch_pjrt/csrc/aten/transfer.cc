@@ -19,9 +19,10 @@ bool CoversStorage(const at::Tensor& t) {
          static_cast<size_t>(t.numel()) * t.dtype().itemsize() == t.storage().nbytes();
 }
 
-// A pjrt tensor with the value of `t` that covers its own storage (t itself when it already does).
+// A pjrt tensor holding the logical value of `t` (conj/neg bits applied) that covers its own
+// storage (t itself when it already does).
 at::Tensor Standalone(const at::Tensor& t) {
-  if (CoversStorage(t)) return t;
+  if (CoversStorage(t) && !t.is_conj() && !t.is_neg()) return t;
   at::Tensor copy = EmptyContiguous(t.sizes(), t.scalar_type(), t.device().index());
   graph::GraphLock lock;
   WriteValue(copy, ReadValue(t));
@@ -51,7 +52,7 @@ void CopyToHost(const at::Tensor& src, const at::Tensor& dst, graph::SyncCause c
   }
   graph::ScopedTimer timer(graph::Timer::kTransferFromDevice);
   bool direct = dst.is_contiguous() && dst.scalar_type() == src.scalar_type() &&
-                dst.sizes() == src.sizes();
+                dst.sizes() == src.sizes() && !dst.is_conj() && !dst.is_neg();
   at::Tensor host = direct ? dst : at::empty(src.sizes(), src.options().device(c10::kCPU));
   try {
     buffer->ToHost(host.data_ptr(), buffer->nbytes());
@@ -84,25 +85,27 @@ void CopyFromHost(const at::Tensor& src, const at::Tensor& dst) {
   Metrics::Increment(Counter::kTransfersToDevice);
   Metrics::Increment(Counter::kTransferBytesToDevice, static_cast<int64_t>(buffer->nbytes()));
   graph::GraphLock lock;
-  if (CoversStorage(dst)) {
+  if (CoversStorage(dst) && !dst.is_conj() && !dst.is_neg()) {
     StorageOf(dst)->SetBuffer(std::move(buffer));
   } else {
     WriteValue(dst, graph::BufferValue(std::move(buffer)));
   }
 }
 
-void CopyBetweenDevices(const at::Tensor& src, const at::Tensor& dst) {
-  if (!IsPjrt(src)) {
-    CopyFromHost(src, dst);
-    return;
-  }
+void CopyBetweenDevices(const at::Tensor& src_in, const at::Tensor& dst) {
   if (!IsPjrt(dst)) {
     TORCH_CHECK(dst.device().is_cpu(), "pjrt: cannot copy to a tensor on ", dst.device());
-    at::Tensor staging = src;
-    if (dst.sizes() != src.sizes()) staging = src.expand(dst.sizes());
-    CopyToHost(staging, dst, graph::SyncCause::kToCpu);
+    at::Tensor staging = src_in;
+    if (dst.sizes() != src_in.sizes()) staging = src_in.expand(dst.sizes());
+    CopyToHost(staging, dst, graph::SyncCause::kToCpu);  // CPU copy_ applies dst's conj/neg bits
     return;
   }
+  // ReadValue and WriteValue apply conj/neg bits, so host data is passed as its logical value.
+  if (!IsPjrt(src_in)) {
+    CopyFromHost(src_in.resolve_conj().resolve_neg(), dst);
+    return;
+  }
+  const at::Tensor& src = src_in;
   int dst_device = dst.device().index();
   graph::GraphLock lock;
   graph::Value value;

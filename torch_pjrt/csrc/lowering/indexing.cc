@@ -369,10 +369,10 @@ void RegisterIndexingOps(Registry& r) {
   r.Add("scatter.reduce", LowerScatterReduce);
   r.Add("scatter.value_reduce", LowerScatterValueReduce);
   r.Add("scatter_add", LowerScatterAdd);
-  r.Add("index.Tensor", LowerIndex);
-  r.Add("_unsafe_index.Tensor", LowerIndex);
-  r.Add("index_put", LowerIndexPut);
-  r.Add("_index_put_impl", LowerIndexPut);
+  r.Add("index.Tensor", LowerIndex).integer_indices_only = true;
+  r.Add("_unsafe_index.Tensor", LowerIndex).integer_indices_only = true;
+  r.Add("index_put", LowerIndexPut).integer_indices_only = true;
+  r.Add("_index_put_impl", LowerIndexPut).integer_indices_only = true;
   r.Add("embedding_dense_backward", LowerEmbeddingBackward);
   r.Add("flip", LowerFlip);
   r.Add("roll", LowerRoll);

@@ -235,9 +235,29 @@ std::vector<Val> LowerPermute(LowerCtx& c) { return {c.e.Transpose(c.tensor(0), 
 // pjrt::expand(Tensor x, int[] sizes)
 std::vector<Val> LowerExpand(LowerCtx& c) { return {c.e.BroadcastTo(c.tensor(0), c.int_list(1))}; }
 
+// pjrt::conj(Tensor x): complex conjugate (identity for real types). Used to apply torch's lazy
+// conjugate bit when copying.
+std::vector<Val> LowerConj(LowerCtx& c) {
+  Val x = c.tensor(0);
+  if (!IsComplex(x.dtype())) return {x};
+  ElementType part = x.dtype() == ElementType::kC64 ? ElementType::kF32 : ElementType::kF64;
+  TensorType pt{part, x.dims()};
+  std::string xt = TypeString(x);
+  Val re = c.e.Raw("\"stablehlo.real\"(" + c.e.Name(x) + ")", "(" + xt + ") -> " + TypeString(pt), pt);
+  Val im = c.e.Raw("\"stablehlo.imag\"(" + c.e.Name(x) + ")", "(" + xt + ") -> " + TypeString(pt), pt);
+  Val neg_im = c.e.Unary("negate", im);
+  std::string parts = "(" + TypeString(pt) + ", " + TypeString(pt) + ") -> " + xt;
+  return {c.e.Raw("\"stablehlo.complex\"(" + c.e.Name(re) + ", " + c.e.Name(neg_im) + ")", parts, x.type)};
+}
+
+// pjrt::neg(Tensor x): applies torch's lazy negative bit when copying.
+std::vector<Val> LowerNeg(LowerCtx& c) { return {c.e.Unary("negate", c.tensor(0))}; }
+
 }  // namespace
 
 void RegisterInternalOps(Registry& r) {
+  r.Add("pjrt::conj", LowerConj);
+  r.Add("pjrt::neg", LowerNeg);
   r.Add("pjrt::view_read", LowerViewRead);
   r.Add("pjrt::view_write", LowerViewWrite);
   r.Add("pjrt::convert", LowerConvert);

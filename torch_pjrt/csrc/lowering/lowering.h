@@ -72,6 +72,9 @@ struct OpLowering {
   std::vector<int> extra_mutations;
   // Op whose Meta kernel gives this op's output shapes, when its own has none.
   std::string meta_op;
+  // Index-list ops whose boolean-mask indices make the result depend on data: such calls take
+  // the CPU path.
+  bool integer_indices_only = false;
 };
 
 class Registry {
