@@ -127,9 +127,20 @@ at::Tensor& set_(at::Tensor& self) {
   return set_source_Storage_storage_offset_(self, std::move(storage), 0, {0}, {1});
 }
 
+// Whether `self` may take over `from`'s data in place (`param.data = other`, Module.to()). torch
+// only knows its built-in dense backends; dense pjrt and CPU tensors are interchangeable, so
+// Module.to("pjrt") keeps the same Parameter objects (and lazy parameters stay lazy).
+bool _has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && (t.device().is_cpu() || IsPjrt(t));
+  };
+  return dense(self) && dense(from);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", _has_compatible_shallow_copy_type);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("_copy_from", _copy_from);

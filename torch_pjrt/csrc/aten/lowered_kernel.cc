@@ -151,8 +151,52 @@ void ConvolutionBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* re
   results->push_back(std::get<2>(r));
 }
 
+at::Tensor MetaLike(const at::Tensor& t, c10::IntArrayRef sizes) {
+  return at::empty(sizes, t.options().device(c10::kMeta));
+}
+
+// _thnn_fused_gru_cell(input_gates, hidden_gates, hx, ...) -> (hy, workspace [N, 5H])
+void GruCellMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& hx = a[2].toTensor();
+  results->push_back(MetaLike(hx, hx.sizes()));
+  results->push_back(MetaLike(hx, {hx.size(0), 5 * hx.size(1)}));
+}
+
+// _thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias) -> 5 tensors
+void GruCellBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& g = a[0].toTensor();
+  int64_t n = g.size(0), h = g.size(1);
+  results->push_back(MetaLike(g, {n, 3 * h}));
+  results->push_back(MetaLike(g, {n, 3 * h}));
+  results->push_back(MetaLike(g, {n, h}));
+  bool has_bias = a[2].toBool();
+  results->push_back(has_bias ? MetaLike(g, {3 * h}) : at::Tensor());
+  results->push_back(has_bias ? MetaLike(g, {3 * h}) : at::Tensor());
+}
+
+// _thnn_fused_lstm_cell(input_gates, hidden_gates, cx, ...) -> (hy, cy, workspace [N, 4H]).
+// torch's own meta function fails when the biases are None.
+void LstmCellMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& cx = a[2].toTensor();
+  results->push_back(MetaLike(cx, cx.sizes()));
+  results->push_back(MetaLike(cx, cx.sizes()));
+  results->push_back(MetaLike(cx, {cx.size(0), 4 * cx.size(1)}));
+}
+
+// _thnn_fused_lstm_cell_backward_impl(grad_hy?, grad_cy?, cx, cy, workspace, has_bias)
+void LstmCellBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& cx = a[2].toTensor();
+  results->push_back(MetaLike(cx, {cx.size(0), 4 * cx.size(1)}));
+  results->push_back(MetaLike(cx, cx.sizes()));
+  results->push_back(a[5].toBool() ? MetaLike(cx, {4 * cx.size(1)}) : at::Tensor());
+}
+
 MetaOverride FindMetaOverride(const std::string& name) {
+  if (name == "aten::_thnn_fused_lstm_cell") return &LstmCellMeta;
+  if (name == "aten::_thnn_fused_lstm_cell_backward_impl") return &LstmCellBackwardMeta;
   if (name == "aten::convolution_backward_overrideable") return &ConvolutionBackwardMeta;
+  if (name == "aten::_thnn_fused_gru_cell") return &GruCellMeta;
+  if (name == "aten::_thnn_fused_gru_cell_backward") return &GruCellBackwardMeta;
   return nullptr;
 }
 

@@ -1,5 +1,8 @@
 #include "graph/executor.h"
 
+#include <dlfcn.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -240,9 +243,30 @@ void SetSourceLocationProvider(std::function<std::string()> provider) {
   SourceLocationProvider() = std::move(provider);
 }
 
+namespace {
+
+// Identifies this build of the extension (path, size, mtime of the loaded library): graph keys
+// hash lowering-table positions and lowering code can change between builds, so executables
+// cached by another build must never be reused.
+std::string BuildIdentity() {
+  static const std::string identity = [] {
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&BuildIdentity), &info) == 0 || info.dli_fname == nullptr) {
+      return std::string("unknown");
+    }
+    struct stat st;
+    if (stat(info.dli_fname, &st) != 0) return std::string(info.dli_fname);
+    return std::string(info.dli_fname) + ":" + std::to_string(st.st_size) + ":" +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+  }();
+  return identity;
+}
+
+}  // namespace
+
 std::string PluginFingerprint() {
   auto client = runtime::GetClient();
-  std::string fp = "torch_pjrt=" TORCH_PJRT_VERSION ";plugin=" + client->plugin().name() +
+  std::string fp = "torch_pjrt=" TORCH_PJRT_VERSION ";build=" + BuildIdentity() + ";plugin=" + client->plugin().name() +
                    ";platform=" + client->platform_name() + " " + client->platform_version() +
                    ";api=" + std::to_string(client->plugin().api_major()) + "." +
                    std::to_string(client->plugin().api_minor()) + ";kind=" + client->device_kind();

@@ -156,6 +156,7 @@ const TableData& Data() {
     RegisterNNOps(r);
     RegisterIndexingOps(r);
     RegisterFactoryOps(r);
+    RegisterRnnOps(r);
     auto* d = new TableData();
     d->entries = r.entries();
     for (size_t i = 0; i < d->entries.size(); ++i) {

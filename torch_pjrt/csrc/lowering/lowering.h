@@ -99,5 +99,6 @@ void RegisterLinalgOps(Registry& r);
 void RegisterNNOps(Registry& r);
 void RegisterIndexingOps(Registry& r);
 void RegisterFactoryOps(Registry& r);
+void RegisterRnnOps(Registry& r);
 
 }  // namespace torch_pjrt::lowering

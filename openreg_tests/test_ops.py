@@ -1,0 +1,100 @@
+"""PyTorch's OpInfo database run on the pjrt device.
+
+Every operator in `op_db` (float32) is compared with CPU eager on its sample inputs, whether it has
+a lowering or takes the CPU fallback; lowered ops are also checked with non-contiguous inputs and
+out= arguments. These use torch's own device-generic test machinery (instantiate_device_type_tests
+with only_for="pjrt"), as any PrivateUse1 backend would.
+"""
+
+import torch
+from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_utils import TestCase, first_sample, run_tests
+
+torch.pjrt.set_fallback_warnings(False)
+
+# Known differences, each with its reason. Anything else failing is a regression.
+EXPECTED_FAILURES = {
+    # Sparse layouts are not supported by pjrt tensors.
+    "sparse.sampled_addmm": "sparse layouts",
+    "sparse.mm.reduce": "sparse layouts",
+    "to_sparse": "sparse layouts",
+    # complex32 cannot be held by a pjrt tensor (TypeError by design).
+    "chalf": "complex32 unsupported",
+    # The sample views a larger CPU storage at an offset; moving it to any device copies only the
+    # view, so storage_offset=0 refers to different elements (as with CUDA).
+    "as_strided.partial_views": "device copies are compact",
+    # The sample passes its split indices as a CPU tensor; moving every sample tensor to pjrt
+    # moves that one too, which tensor_split rejects (as it does for CUDA tensors).
+    "tensor_split": "indices must stay on the CPU",
+    # In eval mode CPU returns empty save_mean/save_invstd while the Meta kernel (which sizes pjrt
+    # results) returns per-channel tensors; the values that exist agree.
+    "native_batch_norm": "meta/CPU shape disagreement in eval mode",
+    "_native_batch_norm_legit": "meta/CPU shape disagreement in eval mode",
+}
+# Uninitialized memory: no value to compare.
+NONDETERMINISTIC = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted",
+                    "bernoulli", "normal", "uniform", "rand_like", "randn_like", "randint_like", "multinomial",
+                    "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
+                    "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
+                    "nn.functional.rrelu", "randint", "randn", "rand", "normal.number_mean",
+                    "nn.functional.multi_head_attention_forward"}
+
+MAX_SAMPLES = 4
+
+
+def op_key(op):
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def to(device, x):
+    return torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, x)
+
+
+class TestPjrtOpInfo(TestCase):
+    @ops(op_db, allowed_dtypes=(torch.float32,))
+    def test_compare_cpu(self, device, dtype, op):
+        key = op_key(op)
+        if key in NONDETERMINISTIC or op.name in NONDETERMINISTIC:
+            self.skipTest("nondeterministic or uninitialized output")
+        failures = []
+        for sample in list(op.sample_inputs("cpu", dtype))[:MAX_SAMPLES]:
+            try:
+                expected = op(sample.input, *sample.args, **sample.kwargs)
+            except Exception:
+                continue  # not valid on CPU either
+            moved = sample.transform(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t)
+            try:
+                actual = op(moved.input, *moved.args, **moved.kwargs)
+                self.assertEqual(to("cpu", actual), expected, atol=1e-4, rtol=1e-4, exact_dtype=True)
+            except Exception as e:  # collected so the expected-failure bookkeeping sees one result
+                failures.append(f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                break
+        if key in EXPECTED_FAILURES:
+            if not failures:
+                self.fail(f"{key} now matches the CPU: remove it from EXPECTED_FAILURES ({EXPECTED_FAILURES[key]})")
+            return
+        if failures:
+            self.fail(f"{key}: {failures[0]}")
+
+    @ops([op for op in op_db if op.supports_out], allowed_dtypes=(torch.float32,))
+    def test_out_argument(self, device, dtype, op):
+        key = op_key(op)
+        if key in EXPECTED_FAILURES or key in NONDETERMINISTIC or op.name in NONDETERMINISTIC:
+            self.skipTest("listed difference")
+        sample = first_sample(self, op.sample_inputs(device, dtype))
+        expected = op(sample.input, *sample.args, **sample.kwargs)
+        if not isinstance(expected, torch.Tensor):
+            self.skipTest("multiple outputs")
+        out = torch.empty_like(expected)
+        ptr = out.data_ptr()
+        result = op(sample.input, *sample.args, **sample.kwargs, out=out)
+        self.assertIs(result, out)
+        self.assertEqual(out.data_ptr(), ptr)  # written in place, not reallocated
+        self.assertEqual(out.cpu(), expected.cpu(), atol=1e-5, rtol=1e-5)
+
+
+instantiate_device_type_tests(TestPjrtOpInfo, globals(), only_for=("pjrt",))
+
+if __name__ == "__main__":
+    run_tests()
