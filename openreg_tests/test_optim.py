@@ -6,6 +6,8 @@ from torch.testing._internal.common_device_type import instantiate_device_type_t
 from torch.testing._internal.common_optimizers import optim_db, optims
 from torch.testing._internal.common_utils import TestCase, run_tests
 
+from plugin_dtypes import is_unsupported_dtype_error
+
 torch.pjrt.set_fallback_warnings(False)
 
 STEPS = 3
@@ -49,7 +51,12 @@ class TestPjrtOptimizers(TestCase):
             if optim_info.optim_cls.__name__ == "SparseAdam":
                 continue  # needs sparse gradients
             expected = run(optim_info.optim_cls, kwargs, "cpu")
-            actual = run(optim_info.optim_cls, kwargs, device)
+            try:
+                actual = run(optim_info.optim_cls, kwargs, device)
+            except TypeError as e:
+                if is_unsupported_dtype_error(e):
+                    continue  # this configuration needs a dtype the active plugin refuses
+                raise
             for a, e in zip(actual, expected):
                 self.assertEqual(a, e, atol=1e-4, rtol=1e-4, msg=f"{optim_info.optim_cls.__name__} {kwargs}")
 

@@ -39,6 +39,9 @@ def _register():
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     _C._set_config_provider(registry.runtime_config)
+    # XLA hardware prefers bfloat16 (torch's default for a PrivateUse1 device is float16); the
+    # selected plugin's first AMP dtype replaces it when the device starts, if it differs.
+    torch.set_autocast_dtype("pjrt", torch.bfloat16)
     _print_through_cpu()
     atexit.register(device_module._shutdown)
     _registered = True

@@ -72,21 +72,25 @@ class DevicePlugin:
     # ------------------------------------------------------------------ capabilities
     # Read by torch_pjrt's lowering and AMP code instead of checking device names.
 
-    #: dtypes the hardware computes natively; None means every dtype pjrt tensors can hold.
+    #: dtypes the hardware computes natively, as ``torch.dtype`` objects or their names
+    #: ("float32"); None means every dtype pjrt tensors can hold.
     supported_dtypes: Optional[FrozenSet[Any]] = None
 
-    #: What happens to a dtype outside ``supported_dtypes``: "error" raises a TypeError naming
-    #: the dtype at tensor creation; "downcast" stores float64 as float32 and int64 as int32.
+    #: What happens to a dtype outside ``supported_dtypes`` when a tensor of it is created on the
+    #: device: "error" raises a TypeError naming the dtype, the plugin and the fix; "warn" warns
+    #: once per dtype and lets the plugin's compiler emulate it (e.g. int64 on TPU).
     unsupported_dtype_policy: str = "error"
 
-    #: Gathers/scatters are fast (True) or should be avoided in favour of one-hot matmuls.
+    #: True when gathers and scatters are fast. False makes row lookups (``index_select``,
+    #: embedding forward and backward) one-hot matmuls, which matrix units run well.
     dense_gather: bool = True
 
-    #: Precision of float32 matmuls and convolutions: "highest", "high" or "default"
-    #: (as torch.set_float32_matmul_precision).
-    default_matmul_precision: str = "highest"
+    #: Precision of floating-point matmuls and convolutions: "highest", "high" or "default"
+    #: (the names of ``torch.set_float32_matmul_precision``; sent as StableHLO's HIGHEST, HIGH
+    #: and DEFAULT precision attributes). None leaves the compiler's default.
+    default_matmul_precision: Optional[str] = None
 
-    #: dtypes autocast may use on this device, preferred first.
+    #: dtypes autocast may use on this device, preferred first (the first is autocast's default).
     amp_dtypes: Tuple[str, ...] = ("bfloat16", "float16")
 
     def capabilities(self) -> Dict[str, Any]:
@@ -94,12 +98,60 @@ class DevicePlugin:
         return {
             "supported_dtypes": None
             if self.supported_dtypes is None
-            else sorted(str(d) for d in self.supported_dtypes),
+            else sorted(dtype_name(d) for d in self.supported_dtypes),
             "unsupported_dtype_policy": self.unsupported_dtype_policy,
             "dense_gather": self.dense_gather,
             "default_matmul_precision": self.default_matmul_precision,
-            "amp_dtypes": list(self.amp_dtypes),
+            "amp_dtypes": [dtype_name(d) for d in self.amp_dtypes],
         }
+
+    def runtime_capabilities(self) -> Dict[str, str]:
+        """The capabilities the C++ runtime reads, as strings; raises ValueError on a bad value."""
+        return capability_strings(self.name, self.capabilities())
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} priority={self.priority}>"
+
+
+_POLICIES = ("error", "warn")
+_PRECISIONS = ("highest", "high", "default")
+
+
+def dtype_name(dtype: Any) -> str:
+    """'float32' for torch.float32, 'torch.float32' or 'float32'; ValueError for anything else."""
+    import torch
+
+    name = str(dtype)
+    name = name[len("torch."):] if name.startswith("torch.") else name
+    if not isinstance(getattr(torch, name, None), torch.dtype):
+        raise ValueError(f"{dtype!r} is not a torch dtype")
+    return str(getattr(torch, name)).replace("torch.", "")  # canonical: 'float' -> 'float32'
+
+
+def capability_strings(plugin: str, caps: Dict[str, Any]) -> Dict[str, str]:
+    """Validates a capabilities dict (as ``DevicePlugin.capabilities()`` returns) and encodes it
+    for the C++ runtime. Errors name the plugin and the bad value."""
+    out: Dict[str, str] = {}
+    try:
+        supported = caps.get("supported_dtypes")
+        if supported is not None:
+            out["supported_dtypes"] = ",".join(sorted({dtype_name(d) for d in supported}))
+        policy = caps.get("unsupported_dtype_policy", "error")
+        if policy not in _POLICIES:
+            raise ValueError(f"unsupported_dtype_policy must be one of {_POLICIES}, got {policy!r}")
+        out["unsupported_dtype_policy"] = policy
+        out["dense_gather"] = "1" if caps.get("dense_gather", True) else "0"
+        precision = caps.get("default_matmul_precision")
+        if precision is not None:
+            if precision not in _PRECISIONS:
+                raise ValueError(f"default_matmul_precision must be one of {_PRECISIONS} or None, "
+                                 f"got {precision!r}")
+            out["matmul_precision"] = precision
+        amp = [dtype_name(d) for d in caps.get("amp_dtypes", ())]
+        bad = [d for d in amp if d not in ("bfloat16", "float16")]
+        if bad:
+            raise ValueError(f"amp_dtypes may hold bfloat16 and float16 only, got {bad}")
+        out["amp_dtypes"] = ",".join(amp)
+    except ValueError as e:
+        raise ValueError(f"sub-plugin '{plugin}' declares an invalid capability: {e}") from None
+    return out

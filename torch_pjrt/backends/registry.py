@@ -20,6 +20,8 @@ from typing import Dict, List, Optional
 from .base import DevicePlugin
 
 ENTRY_POINT_GROUP = "torch_pjrt.plugins"
+_CAPABILITY_ATTRIBUTES = ("supported_dtypes", "unsupported_dtype_policy", "dense_gather",
+                          "default_matmul_precision", "amp_dtypes")
 
 _lock = threading.RLock()
 _records: Optional[Dict[str, "PluginRecord"]] = None
@@ -47,14 +49,20 @@ class PluginRecord:
 
 class PathPlugin(DevicePlugin):
     """A plugin given only by its library path (``TORCH_PJRT_PLUGIN_LIBRARY``), with optional
-    JSON client options in ``TORCH_PJRT_PLUGIN_OPTIONS``."""
+    JSON client options in ``TORCH_PJRT_PLUGIN_OPTIONS`` and capabilities (the names of
+    ``DevicePlugin``'s capability attributes) in ``TORCH_PJRT_PLUGIN_CAPABILITIES``."""
 
     priority = 1000  # naming a library explicitly beats every installed plugin
 
-    def __init__(self, name: str, path: str, options: Dict):
+    def __init__(self, name: str, path: str, options: Dict, capabilities: Optional[Dict] = None):
         self.name = name
         self._path = path
         self._options = options
+        for key, value in (capabilities or {}).items():
+            if key not in _CAPABILITY_ATTRIBUTES:
+                raise ValueError(f"unknown capability {key!r}; known: {', '.join(_CAPABILITY_ATTRIBUTES)}")
+            setattr(self, key, tuple(value) if key == "amp_dtypes" else
+                    frozenset(value) if key == "supported_dtypes" and value is not None else value)
 
     def library_path(self) -> str:
         return self._path
@@ -117,16 +125,27 @@ def _path_plugin() -> Optional[PluginRecord]:
     if not path:
         return None
     name = os.environ.get("TORCH_PJRT_PLUGIN_NAME", "custom")
-    raw = os.environ.get("TORCH_PJRT_PLUGIN_OPTIONS", "")
+    parsed = {}
+    for var, what in (("TORCH_PJRT_PLUGIN_OPTIONS", "client options"),
+                      ("TORCH_PJRT_PLUGIN_CAPABILITIES", "capabilities")):
+        raw = os.environ.get(var, "")
+        try:
+            value = json.loads(raw) if raw else {}
+            if not isinstance(value, dict):
+                raise ValueError("must be a JSON object")
+        except ValueError as e:
+            error = f"{var} is not a JSON object of {what}: {e}"
+            _warn(f"plugin library {path} is skipped: {error}")
+            return PluginRecord(name=name, source=path, plugin=None, error=error)
+        parsed[var] = value
     try:
-        options = json.loads(raw) if raw else {}
-        if not isinstance(options, dict):
-            raise ValueError("must be a JSON object")
+        plugin = PathPlugin(name, path, parsed["TORCH_PJRT_PLUGIN_OPTIONS"],
+                            parsed["TORCH_PJRT_PLUGIN_CAPABILITIES"])
     except ValueError as e:
-        error = f"TORCH_PJRT_PLUGIN_OPTIONS is not a JSON object of client options: {e}"
+        error = f"TORCH_PJRT_PLUGIN_CAPABILITIES: {e}"
         _warn(f"plugin library {path} is skipped: {error}")
         return PluginRecord(name=name, source=path, plugin=None, error=error)
-    record = PluginRecord(name=name, source=path, plugin=PathPlugin(name, path, options))
+    record = PluginRecord(name=name, source=path, plugin=plugin)
     _check_availability(record)
     return record
 
@@ -198,6 +217,7 @@ def runtime_config() -> Dict:
                 "name": record.name,
                 "library_path": str(plugin.library_path()),
                 "options": dict(plugin.client_create_options()),
+                "capabilities": plugin.runtime_capabilities(),
             })
         except Exception as e:
             message = f"{type(e).__name__}: {e}"
@@ -206,7 +226,21 @@ def runtime_config() -> Dict:
             _warn(f"sub-plugin '{record.name}' is skipped: configuring it raised {message}")
     if not result:
         raise RuntimeError("no torch_pjrt sub-plugin could be configured")
+    _set_autocast_default(result[0]["capabilities"])
     return {"candidates": result, "strict": requested_name() is not None}
+
+
+def _set_autocast_default(capabilities: Dict[str, str]) -> None:
+    """Makes autocast's default dtype on pjrt one the selected plugin supports, unless the user
+    already chose a supported one."""
+    import torch
+
+    names = [n for n in capabilities.get("amp_dtypes", "").split(",") if n]
+    if not names:
+        return
+    current = str(torch.get_autocast_dtype("pjrt")).replace("torch.", "")
+    if current not in names:
+        torch.set_autocast_dtype("pjrt", getattr(torch, names[0]))
 
 
 def plugin(name: str) -> Optional[DevicePlugin]:

@@ -32,7 +32,20 @@ def _find_library() -> Optional[str]:
     explicit = os.environ.get("TPU_LIBRARY_PATH")
     if explicit:
         return explicit
-    spec = importlib.util.find_spec("libtpu")
+    try:
+        spec = importlib.util.find_spec("libtpu")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None:
+        # The libtpu package knows where its library is (importing it does not load it).
+        try:
+            import libtpu
+
+            path = libtpu.get_library_path()
+            if path and os.path.exists(path):
+                return path
+        except Exception:  # an old or broken libtpu package: fall back to the conventional paths
+            pass
     if spec is not None and spec.submodule_search_locations:
         for directory in spec.submodule_search_locations:
             path = os.path.join(directory, "libtpu.so")
@@ -82,10 +95,11 @@ class TpuPlugin(DevicePlugin):
     def client_create_options(self) -> Dict[str, Any]:
         return {}
 
-    # TPUs have no float64 or int64 arithmetic.
-    supported_dtypes = frozenset({"bool", "int8", "int16", "int32", "uint8", "uint32", "bfloat16",
-                                  "float16", "float32", "complex64"})
-    unsupported_dtype_policy = "error"
+    # TPUs have no float64 hardware: XLA emulates it (slowly), so it warns instead of failing.
+    # int64 is emulated too, but every index tensor is int64, so it counts as supported.
+    supported_dtypes = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                  "uint32", "bfloat16", "float16", "float32", "complex64"})
+    unsupported_dtype_policy = "warn"
     dense_gather = False
     default_matmul_precision = "default"
     amp_dtypes = ("bfloat16",)

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 
+#include "aten/dtype_policy.h"
 #include "runtime/runtime.h"
 
 namespace torch_pjrt::aten {
@@ -118,7 +119,8 @@ graph::TensorView ViewOf(const at::Tensor& t) {
 
 at::Tensor EmptyStrided(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                         c10::DeviceIndex device) {
-  ToElementType(dtype);  // rejects unsupported dtypes with a TypeError
+  ToElementType(dtype);  // rejects dtypes pjrt tensors cannot hold with a TypeError
+  CheckDtypeSupported(dtype);  // and those the active plugin does not support
   caffe2::TypeMeta meta = caffe2::TypeMeta::fromScalarType(dtype);
   size_t nbytes = at::detail::computeStorageNbytes(sizes, strides, meta.itemsize());
   auto storage = c10::make_intrusive<c10::StorageImpl>(

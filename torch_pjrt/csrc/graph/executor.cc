@@ -53,11 +53,32 @@ struct LoweredGraph {
   std::string summary;
 };
 
+// The lowering's view of the active plugin's capabilities (fixed once the client started).
+lowering::TargetOptions TargetOptionsFromCapabilities() {
+  lowering::TargetOptions target;
+  const auto& caps = runtime::ActiveCapabilities();
+  auto it = caps.find("dense_gather");
+  if (it != caps.end()) target.dense_gather = it->second != "0";
+  it = caps.find("matmul_precision");
+  if (it != caps.end()) {
+    // torch.set_float32_matmul_precision's names mapped to StableHLO's precision enum.
+    if (it->second == "highest") target.matmul_precision = "HIGHEST";
+    else if (it->second == "high") target.matmul_precision = "HIGH";
+    else if (it->second == "default" || it->second == "medium") target.matmul_precision = "DEFAULT";
+  }
+  return target;
+}
+
+const lowering::TargetOptions& Target() {
+  static const lowering::TargetOptions target = TargetOptionsFromCapabilities();
+  return target;
+}
+
 // Emits the StableHLO module computing `outputs` from the trace's parameters and value scalars.
 LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outputs,
                         const std::vector<std::pair<int, int>>& donations, bool want_summary) {
   LoweredGraph g;
-  Emitter e;
+  Emitter e(Target());
   std::vector<Val> params;
   for (const NodeRef& p : trace.params) {
     params.push_back(e.Parameter(p->out0));
@@ -271,6 +292,8 @@ std::string PluginFingerprint() {
                    ";api=" + std::to_string(client->plugin().api_major()) + "." +
                    std::to_string(client->plugin().api_minor()) + ";kind=" + client->device_kind();
   for (const auto& [k, v] : client->plugin().attributes()) fp += ";" + k + "=" + v;
+  // The sub-plugin's capabilities change the lowering (precision attributes, one-hot gathers).
+  for (const auto& [k, v] : runtime::ActiveCapabilities()) fp += ";cap." + k + "=" + v;
   // XLA flags change the generated code of XLA-based plugins.
   if (const char* flags = std::getenv("XLA_FLAGS")) fp += std::string(";XLA_FLAGS=") + flags;
   return fp;

@@ -99,7 +99,13 @@ std::string ConstantLiteral(double value, ElementType t) {
   return buf;
 }
 
-Emitter::Emitter() { body_.reserve(4096); }
+Emitter::Emitter(TargetOptions target) : target_(std::move(target)) { body_.reserve(4096); }
+
+std::string_view Emitter::PrecisionFor(ElementType operand_type,
+                                       std::string_view override_precision) const {
+  if (!IsFloating(operand_type) && !IsComplex(operand_type)) return {};  // integer dots are exact whatever the setting
+  return override_precision.empty() ? std::string_view(target_.matmul_precision) : override_precision;
+}
 
 std::string Emitter::Name(const Val& v) const {
   std::string s = v.is_param ? "%arg" : "%v";
@@ -407,7 +413,8 @@ Val Emitter::DynamicUpdateSlice(const Val& x, const Val& update, const std::vect
 // ---------------------------------------------------------------- compute
 
 Val Emitter::DotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,
-                        const Dims& contract_a, const Dims& contract_b, ElementType out) {
+                        const Dims& contract_a, const Dims& contract_b, ElementType out,
+                        std::string_view precision) {
   TensorType t{out, {}};
   for (int64_t d : batch_a) t.dims.push_back(a.dims()[d]);
   for (int64_t i = 0; i < a.rank(); ++i) {
@@ -425,8 +432,10 @@ Val Emitter::DotGeneral(const Val& a, const Val& b, const Dims& batch_a, const D
   Val v = NewValue(t);
   std::string s = Name(v) + " = stablehlo.dot_general " + Name(a) + ", " + Name(b) + ", ";
   if (!batch_a.empty()) s += "batching_dims = " + DimsString(batch_a) + " x " + DimsString(batch_b) + ", ";
-  s += "contracting_dims = " + DimsString(contract_a) + " x " + DimsString(contract_b) + " : (" +
-       TypeString(a) + ", " + TypeString(b) + ") -> " + TypeString(t);
+  s += "contracting_dims = " + DimsString(contract_a) + " x " + DimsString(contract_b);
+  std::string_view p = PrecisionFor(a.dtype(), precision);
+  if (!p.empty()) s += ", precision = [" + std::string(p) + ", " + std::string(p) + "]";
+  s += " : (" + TypeString(a) + ", " + TypeString(b) + ") -> " + TypeString(t);
   Line(s);
   return v;
 }
@@ -558,6 +567,14 @@ std::vector<Val> Emitter::ReduceWindow(const std::vector<Val>& xs, const std::ve
   return results;
 }
 
+namespace {
+std::string PrecisionConfig(std::string_view p) {
+  if (p.empty()) return "";
+  std::string one = "#stablehlo<precision " + std::string(p) + ">";
+  return ", precision_config = [" + one + ", " + one + "]";
+}
+}  // namespace
+
 Val Emitter::Convolution(const Val& lhs, const Val& rhs, const ConvDims& d, const TensorType& out) {
   Val v = NewValue(out);
   std::string pad = "[";
@@ -570,8 +587,9 @@ Val Emitter::Convolution(const Val& lhs, const Val& rhs, const ConvDims& d, cons
        d.layout + ", window = {stride = " + DimsString(d.stride) + ", pad = " + pad +
        ", lhs_dilate = " + DimsString(d.lhs_dilation) + ", rhs_dilate = " +
        DimsString(d.rhs_dilation) + "} {batch_group_count = " + std::to_string(d.batch_group_count) +
-       " : i64, feature_group_count = " + std::to_string(d.feature_group_count) + " : i64} : (" +
-       TypeString(lhs) + ", " + TypeString(rhs) + ") -> " + TypeString(out));
+       " : i64, feature_group_count = " + std::to_string(d.feature_group_count) + " : i64" +
+       PrecisionConfig(PrecisionFor(lhs.dtype(), {})) + "} : (" + TypeString(lhs) + ", " +
+       TypeString(rhs) + ") -> " + TypeString(out));
   return v;
 }
 

@@ -35,9 +35,21 @@ struct Val {
 std::string TypeString(const TensorType& t);
 inline std::string TypeString(const Val& v) { return TypeString(v.type); }
 
+// What the target hardware prefers, from the active sub-plugin's capabilities. Lowerings read
+// these instead of checking which chip they run on.
+struct TargetOptions {
+  // Gathers and scatters are fast. When false, row lookups (index_select, embedding backward)
+  // become one-hot matmuls, which is what matrix units run well.
+  bool dense_gather = true;
+  // StableHLO precision of float dots and convolutions ("DEFAULT", "HIGH", "HIGHEST"); empty
+  // leaves the attribute out (the compiler's default).
+  std::string matmul_precision;
+};
+
 class Emitter {
  public:
-  Emitter();
+  explicit Emitter(TargetOptions target = {});
+  const TargetOptions& target() const { return target_; }
 
   // ---- module structure
   Val Parameter(const TensorType& t);
@@ -76,8 +88,10 @@ class Emitter {
   Val DynamicUpdateSlice(const Val& x, const Val& update, const std::vector<Val>& starts);
 
   // ---- compute
+  // `precision` overrides the target's matmul precision (one-hot dots must be exact: "HIGHEST").
   Val DotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,
-                 const Dims& contract_a, const Dims& contract_b, ElementType out);
+                 const Dims& contract_a, const Dims& contract_b, ElementType out,
+                 std::string_view precision = {});
   // Single-operand reduction whose body is one binary op ("add", "maximum", "and", ...).
   Val Reduce(const Val& x, const Val& init, const Dims& dims, std::string_view op);
 
@@ -134,6 +148,10 @@ class Emitter {
   void Line(const std::string& s);
   std::string Block(const std::vector<TensorType>& arg_types, const RegionBody& body);
 
+  // The precision attribute's value for a dot/convolution on `operand_type` ("" for none).
+  std::string_view PrecisionFor(ElementType operand_type, std::string_view override_precision) const;
+
+  TargetOptions target_;
   std::string body_;
   std::vector<TensorType> params_;
   std::vector<std::string> param_attrs_;

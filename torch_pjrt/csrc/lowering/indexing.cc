@@ -39,6 +39,20 @@ Val WrapIndex(Emitter& e, const Val& index, int64_t size) {
   return e.Select(e.Compare("LT", i, zero), e.Binary("add", i, e.Full(static_cast<double>(size), i.type)), i);
 }
 
+// one_hot[i, j] = (index[i] == j) as `t`, for k indices into a dimension of size n.
+Val OneHot(Emitter& e, const Val& index, int64_t n, ElementType t) {
+  int64_t k = index.numel();
+  Val wrapped = e.BroadcastInDim(e.Reshape(WrapIndex(e, index, n), {k}), {k, n}, {0});
+  Val hit = e.Compare("EQ", wrapped, e.Iota(TensorType{ElementType::kS64, {k, n}}, 1));
+  return e.Convert(hit, t);
+}
+
+// Hardware without fast gathers (TargetOptions::dense_gather false) selects rows with a one-hot
+// matmul. Only for floating types, where the matmul is exact at HIGHEST precision.
+bool UseOneHot(const Emitter& e, ElementType t) {
+  return !e.target().dense_gather && (IsFloating(t) || IsComplex(t));
+}
+
 // index_select(self, dim, index)
 std::vector<Val> LowerIndexSelect(LowerCtx& c) {
   Val x = c.tensor(0);
@@ -46,6 +60,16 @@ std::vector<Val> LowerIndexSelect(LowerCtx& c) {
   int64_t dim = NormDim(c.int_arg(1), x.rank());
   Val idx = c.tensor(2);
   int64_t k = idx.numel();
+  if (UseOneHot(c.e, x.dtype())) {
+    // [k, n] x [..., n, ...] contracting n gives [k, ...]; move k back to position `dim`.
+    Val hot = OneHot(c.e, idx, x.dims()[dim], x.dtype());
+    Val rows = c.e.DotGeneral(hot, x, {}, {}, {1}, {dim}, x.dtype(), "HIGHEST");
+    Dims perm;
+    for (int64_t i = 1; i <= dim; ++i) perm.push_back(i);
+    perm.push_back(0);
+    for (int64_t i = dim + 1; i < x.rank(); ++i) perm.push_back(i);
+    return {c.e.Reshape(c.e.Transpose(rows, perm), c.out().dims)};
+  }
   Val indices = c.e.Reshape(WrapIndex(c.e, idx, x.dims()[dim]), {k, 1});
   Emitter::GatherDims g;
   for (int64_t i = 0; i < x.rank(); ++i) {
@@ -259,6 +283,17 @@ std::vector<Val> LowerEmbeddingBackward(LowerCtx& c) {
   Val flat_idx = e.Convert(e.Reshape(idx, {n}), ElementType::kS64);
   Val keep = e.Compare("NE", flat_idx, e.Full(static_cast<double>(padding_idx), flat_idx.type));
   rows = e.Select(e.BroadcastInDim(keep, rows.dims(), {0}), rows, e.Full(0, rows.type));
+  if (UseOneHot(e, acc)) {
+    // grad_weight = one_hot^T @ rows; scaling by frequency divides each summed row by its count.
+    Val hot = OneHot(e, flat_idx, num_weights, acc);
+    Val out = e.DotGeneral(hot, rows, {}, {}, {0}, {0}, acc, "HIGHEST");
+    if (c.bool_arg(4)) {
+      Val counts = e.Reduce(hot, e.Scalar(0, acc), {0}, "add");
+      Val safe = e.Binary("maximum", counts, e.Full(1, counts.type));
+      out = e.Binary("divide", out, e.BroadcastInDim(safe, out.dims(), {0}));
+    }
+    return {e.Convert(out, c.out().dtype)};
+  }
   if (c.bool_arg(4)) {
     // Divide each row by how often its index occurs.
     Emitter::ScatterDims s1;

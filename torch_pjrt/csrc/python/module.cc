@@ -72,6 +72,11 @@ void SetConfigProvider(py::object provider) {
       for (auto option : candidate["options"].cast<py::dict>()) {
         c.options.push_back(ToOption(option.first.cast<std::string>(), option.second));
       }
+      if (candidate.contains("capabilities")) {
+        for (auto cap : candidate["capabilities"].cast<py::dict>()) {
+          c.capabilities[cap.first.cast<std::string>()] = py::str(cap.second).cast<std::string>();
+        }
+      }
       rc.candidates.push_back(std::move(c));
     }
     return rc;

@@ -11,6 +11,7 @@ struct State {
   ConfigProvider provider;
   std::function<void(const std::string&)> warn;
   std::shared_ptr<Client> client;
+  std::map<std::string, std::string> capabilities;
   std::string error;  // set once creation failed
   bool shut_down = false;
 };
@@ -62,6 +63,7 @@ std::shared_ptr<Client> GetClient() {
     for (const PluginConfig& candidate : config.candidates) {
       try {
         s.client = StartClient(candidate);
+        s.capabilities = candidate.capabilities;
         break;
       } catch (const std::exception& e) {
         if (config.strict) throw;
@@ -77,6 +79,11 @@ std::shared_ptr<Client> GetClient() {
     throw PjrtError(s.error);
   }
   return s.client;
+}
+
+const std::map<std::string, std::string>& ActiveCapabilities() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().capabilities;  // written once, before the client is published
 }
 
 std::shared_ptr<Client> PeekClient() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@ struct PluginConfig {
   std::string name;          // the sub-plugin's name, e.g. "cpu"
   std::string library_path;  // the PJRT plugin shared library
   std::vector<NamedOption> options;
+  // The sub-plugin's capabilities as strings ("unsupported_dtypes" -> "float64,int64", ...).
+  // The runtime only carries them; the layers above interpret them.
+  std::map<std::string, std::string> capabilities;
 };
 
 // Plugins to try, best first. Unless `strict` (the user named one), a plugin that fails to load
@@ -34,6 +38,9 @@ void SetWarningHandler(std::function<void(const std::string&)> handler);
 std::shared_ptr<Client> GetClient();
 // The client if it was already created, else null. Never starts one.
 std::shared_ptr<Client> PeekClient();
+// Capabilities of the plugin whose client is running (empty before it starts).
+const std::map<std::string, std::string>& ActiveCapabilities();
+
 // Releases our reference to the client (at interpreter exit, after all buffers are gone).
 void ShutdownClient();
 // True once ShutdownClient ran: late destructors must not touch PJRT any more.

@@ -1,0 +1,277 @@
+"""Sub-plugin discovery, selection and the built-in plugins' option building, without GPUs or
+TPUs: entry points and hardware probes are faked; no library is loaded."""
+import importlib.metadata
+import os
+import sys
+import types
+import warnings
+
+import pytest
+import torch
+
+from torch_pjrt.backends import DevicePlugin, base, cuda, registry, tpu
+from helpers import run_python
+
+
+class GoodPlugin(DevicePlugin):
+    priority = 10
+
+    def library_path(self):
+        return "/nonexistent/libgood.so"
+
+
+class UnavailablePlugin(DevicePlugin):
+    priority = 500
+
+    def library_path(self):
+        return "/nonexistent/libnone.so"
+
+    def is_available(self):
+        return False
+
+    def unavailable_reason(self):
+        return "no such chip on this host"
+
+
+class RaisingProbePlugin(DevicePlugin):
+    def library_path(self):
+        return "/x.so"
+
+    def is_available(self):
+        raise OSError("driver crashed")
+
+
+class NotAPlugin:
+    pass
+
+
+@pytest.fixture
+def fake_entry_points(monkeypatch):
+    """Replaces the environment's torch_pjrt.plugins entry points; restores discovery after."""
+    module = types.ModuleType("fake_vendor_plugins")
+    for cls in (GoodPlugin, UnavailablePlugin, RaisingProbePlugin, NotAPlugin):
+        setattr(module, cls.__name__, cls)
+    monkeypatch.setitem(sys.modules, "fake_vendor_plugins", module)
+
+    def install(*pairs):
+        eps = [importlib.metadata.EntryPoint(name, value, registry.ENTRY_POINT_GROUP) for name, value in pairs]
+        monkeypatch.setattr(importlib.metadata, "entry_points",
+                            lambda group=None: [e for e in eps if group in (None, e.group)])
+        monkeypatch.delenv("PJRT_DEVICE", raising=False)
+        monkeypatch.delenv("TORCH_PJRT_PLUGIN_LIBRARY", raising=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            records = registry.discover(refresh=True)
+        install.warnings = [str(w.message) for w in caught]
+        return records
+
+    yield install
+    monkeypatch.undo()
+    registry.discover(refresh=True)
+
+
+def test_every_entry_point_is_found_and_broken_ones_are_reported(fake_entry_points):
+    records = fake_entry_points(
+        ("good", "fake_vendor_plugins:GoodPlugin"),
+        ("gone", "fake_vendor_plugins:UnavailablePlugin"),
+        ("missing", "no_such_vendor_module:Plugin"),
+        ("wrongtype", "fake_vendor_plugins:NotAPlugin"),
+        ("flaky", "fake_vendor_plugins:RaisingProbePlugin"),
+    )
+    assert set(records) == {"good", "gone", "missing", "wrongtype", "flaky"}
+    assert records["good"].available and records["good"].plugin.name == "good"
+    assert records["gone"].reason == "no such chip on this host"
+    assert "ModuleNotFoundError" in records["missing"].error and "no_such_vendor_module" in records["missing"].error
+    assert "not a torch_pjrt.backends.DevicePlugin" in records["wrongtype"].error
+    assert "driver crashed" in records["flaky"].error
+    # One warning per broken plugin, naming it and the cause.
+    warned = "\n".join(fake_entry_points.warnings)
+    assert len(fake_entry_points.warnings) == 3
+    for name in ("'missing'", "'wrongtype'", "'flaky'"):
+        assert f"sub-plugin {name}" in warned
+    # Broken and unavailable ones are skipped; the highest available priority comes first.
+    assert [r.name for r in registry.candidates()] == ["good"]
+
+
+def test_pjrt_device_selects_and_explains(fake_entry_points, monkeypatch):
+    fake_entry_points(("good", "fake_vendor_plugins:GoodPlugin"),
+                      ("gone", "fake_vendor_plugins:UnavailablePlugin"))
+    monkeypatch.setenv("PJRT_DEVICE", "GOOD")  # case-insensitive, like PJRT_DEVICE=TPU
+    assert [r.name for r in registry.candidates()] == ["good"]
+    monkeypatch.setenv("PJRT_DEVICE", "gone")
+    with pytest.raises(RuntimeError, match=r"cannot run here: gone: unavailable \(no such chip on this host\)\. Available: good"):
+        registry.candidates()
+    monkeypatch.setenv("PJRT_DEVICE", "nope")
+    with pytest.raises(RuntimeError, match="names no installed torch_pjrt sub-plugin. Found: good: available"):
+        registry.candidates()
+
+
+def test_runtime_config_carries_options_and_capabilities(fake_entry_points, monkeypatch):
+    fake_entry_points(("good", "fake_vendor_plugins:GoodPlugin"))
+    monkeypatch.setattr(GoodPlugin, "supported_dtypes", frozenset({torch.float32, "int32"}), raising=False)
+    monkeypatch.setattr(GoodPlugin, "dense_gather", False, raising=False)
+    config = registry.runtime_config()
+    (candidate,) = config["candidates"]
+    assert candidate["library_path"] == "/nonexistent/libgood.so"
+    assert candidate["capabilities"] == {"supported_dtypes": "float32,int32", "unsupported_dtype_policy": "error",
+                                         "dense_gather": "0", "amp_dtypes": "bfloat16,float16"}
+    assert config["strict"] is False
+
+
+def test_plugin_whose_configuration_fails_is_skipped(fake_entry_points, monkeypatch):
+    fake_entry_points(("good", "fake_vendor_plugins:GoodPlugin"))
+
+    def boom(self):
+        raise RuntimeError("firmware too old")
+
+    monkeypatch.setattr(GoodPlugin, "configure_single_process", boom)
+    with pytest.warns(RuntimeWarning, match="sub-plugin 'good' is skipped: configuring it raised RuntimeError: firmware too old"):
+        with pytest.raises(RuntimeError, match="no torch_pjrt sub-plugin could be configured"):
+            registry.runtime_config()
+    monkeypatch.setenv("PJRT_DEVICE", "good")
+    with pytest.raises(RuntimeError, match="sub-plugin 'good' could not be configured: RuntimeError: firmware too old"):
+        registry.runtime_config()
+
+
+def test_invalid_capabilities_name_the_plugin():
+    with pytest.raises(ValueError, match="sub-plugin 'x' declares an invalid capability: 'float99' is not a torch dtype"):
+        base.capability_strings("x", {"supported_dtypes": ["float99"]})
+    with pytest.raises(ValueError, match="unsupported_dtype_policy must be one of"):
+        base.capability_strings("x", {"unsupported_dtype_policy": "downcast"})
+    with pytest.raises(ValueError, match="default_matmul_precision must be one of"):
+        base.capability_strings("x", {"default_matmul_precision": "tf32"})
+    with pytest.raises(ValueError, match="amp_dtypes may hold bfloat16 and float16 only"):
+        base.capability_strings("x", {"amp_dtypes": ["float32"]})
+    assert base.capability_strings("x", {"supported_dtypes": [torch.double, "torch.float"],
+                                         "default_matmul_precision": "high"}) == {
+        "supported_dtypes": "float32,float64", "unsupported_dtype_policy": "error",
+        "dense_gather": "1", "matmul_precision": "high", "amp_dtypes": ""}
+
+
+def test_builtin_plugins_declare_valid_capabilities():
+    for plugin in (registry.plugin("cpu"), cuda.CudaPlugin(), tpu.TpuPlugin()):
+        plugin.runtime_capabilities()
+    assert tpu.TpuPlugin().capabilities()["dense_gather"] is False
+    assert "float64" not in tpu.TpuPlugin().capabilities()["supported_dtypes"]
+
+
+def test_plugin_listing_and_active_plugin():
+    listing = torch.pjrt.plugins()
+    assert listing["cpu"]["available"] and listing["cpu"]["priority"] == 0
+    assert listing["cuda"]["available"] is False and listing["cuda"]["reason"]
+    assert listing["tpu"]["available"] is False and "TPU" in listing["tpu"]["reason"]
+    assert torch.pjrt.plugin() == "cpu"
+
+
+# ---------------------------------------------------------------------------------- cuda
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch, tmp_path):
+    lib = tmp_path / "xla_cuda_plugin.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv("TORCH_PJRT_CUDA_LIBRARY", str(lib))
+    monkeypatch.setattr(cuda, "_gpu_count", lambda: 4)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return str(lib)
+
+
+def test_cuda_unavailable_without_gpu_says_why(monkeypatch):
+    monkeypatch.setattr(cuda, "_gpu_count", lambda: 0)
+    monkeypatch.setattr(cuda, "_find_library", lambda: "/some/xla_cuda_plugin.so")
+    p = cuda.CudaPlugin()
+    assert not p.is_available() and "no NVIDIA GPU visible" in p.unavailable_reason()
+    monkeypatch.setattr(cuda, "_find_library", lambda: None)
+    assert "pip install torch_pjrt[cuda]" in p.unavailable_reason()
+    with pytest.raises(RuntimeError, match="no CUDA PJRT plugin installed"):
+        p.library_path()
+
+
+def test_cuda_finds_plugin_packages(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCH_PJRT_CUDA_LIBRARY", raising=False)
+    pkg = tmp_path / "jax_plugins" / "xla_cuda12"
+    pkg.mkdir(parents=True)
+    (tmp_path / "jax_plugins" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "xla_cuda_plugin.so").write_bytes(b"")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cuda._find_library() == str(pkg / "xla_cuda_plugin.so")
+
+
+def test_cuda_options_single_and_per_rank(fake_gpus, monkeypatch):
+    p = cuda.CudaPlugin()
+    assert p.is_available() and p.physical_chip_count() == 4 and p.library_path() == fake_gpus
+    p.configure_single_process()
+    options = p.client_create_options()
+    assert options["platform_name"] == "cuda" and options["preallocate"] is False
+    assert "visible_devices" not in options
+    p.configure_multiprocess(2, 4)
+    assert p.client_create_options()["visible_devices"] == [2]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    p.configure_multiprocess(1, 2)
+    assert p.client_create_options()["visible_devices"] == [1]
+
+
+# ---------------------------------------------------------------------------------- tpu
+
+
+def test_tpu_library_from_libtpu_package(monkeypatch, tmp_path):
+    monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)
+    pkg = tmp_path / "libtpu"
+    pkg.mkdir()
+    (pkg / "libtpu.so").write_bytes(b"")
+    (pkg / "__init__.py").write_text(
+        "import os\ndef get_library_path():\n    return os.path.join(os.path.dirname(__file__), 'libtpu.so')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "libtpu", raising=False)
+    assert tpu._find_library() == str(pkg / "libtpu.so")
+    monkeypatch.setenv("TPU_LIBRARY_PATH", "/opt/custom/libtpu.so")
+    assert tpu._find_library() == "/opt/custom/libtpu.so"
+
+
+def test_tpu_availability_and_topology_env(monkeypatch):
+    monkeypatch.setattr(tpu, "_tpu_chips", lambda: 0)
+    p = tpu.TpuPlugin()
+    assert not p.is_available() and "no TPU chips on the PCI bus" in p.unavailable_reason()
+    monkeypatch.setattr(tpu, "_tpu_chips", lambda: 4)
+    monkeypatch.setattr(tpu, "_find_library", lambda: "/lib/libtpu.so")
+    assert p.is_available() and p.physical_chip_count() == 4
+    for var in ("TPU_VISIBLE_CHIPS", "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_BOUNDS",
+                "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID"):
+        monkeypatch.delenv(var, raising=False)
+    p.configure_multiprocess(2, 4)
+    assert os.environ["TPU_VISIBLE_CHIPS"] == "2"
+    assert os.environ["TPU_PROCESS_BOUNDS"] == "4,1,1"
+    assert os.environ["TPU_PROCESS_PORT"] == "8478"
+    assert os.environ["TPU_PROCESS_ADDRESSES"].split(",")[3] == "localhost:8479"
+    assert os.environ["CLOUD_TPU_TASK_ID"] == "2"
+
+
+# ------------------------------------------------------------------ plugin given by path only
+
+
+def test_path_plugin_with_options_and_capabilities():
+    import xla_plugins.xla_cpu_pjrt as pkg
+
+    so = os.path.join(list(pkg.__path__)[0], "xla_cpu_pjrt.so")
+    out = run_python("""
+        import torch
+        print(torch.pjrt.plugin(), torch.pjrt.device_count(), torch.pjrt.capabilities()["dense_gather"])
+        try:
+            torch.ones(1, dtype=torch.float64, device="pjrt")
+        except TypeError as e:
+            print("TypeError:", e)
+    """, env={"TORCH_PJRT_PLUGIN_LIBRARY": so, "TORCH_PJRT_PLUGIN_NAME": "mychip",
+              "TORCH_PJRT_PLUGIN_OPTIONS": '{"cpu_device_count": 3}',
+              "TORCH_PJRT_PLUGIN_CAPABILITIES": '{"supported_dtypes": ["float32", "int64"], "dense_gather": false}'}).stdout
+    assert "mychip 3 False" in out
+    assert "TypeError: pjrt: the 'mychip' device does not support torch.float64 tensors" in out
+
+
+def test_path_plugin_with_bad_capabilities_is_reported():
+    out = run_python("""
+        import torch
+        print(torch.pjrt.plugins()["mychip"]["reason"])
+    """, env={"TORCH_PJRT_PLUGIN_LIBRARY": "/x.so", "TORCH_PJRT_PLUGIN_NAME": "mychip",
+              "TORCH_PJRT_PLUGIN_CAPABILITIES": '{"speed": "fast"}'}).stdout
+    assert "TORCH_PJRT_PLUGIN_CAPABILITIES: unknown capability 'speed'" in out

@@ -1,0 +1,139 @@
+"""Capabilities change how ops are lowered and which dtypes are allowed; results stay those of
+CPU eager. Each test starts a process with a plugin given by path (the CPU .so) and the
+capabilities under test, since they are fixed once the client starts."""
+import json
+import os
+
+from helpers import run_python
+
+
+def cpu_plugin_library():
+    import xla_plugins.xla_cpu_pjrt as pkg
+
+    return os.path.join(list(pkg.__path__)[0], "xla_cpu_pjrt.so")
+
+
+def run_with_capabilities(code, capabilities):
+    env = {"TORCH_PJRT_PLUGIN_LIBRARY": cpu_plugin_library(), "TORCH_PJRT_PLUGIN_NAME": "testchip",
+           "TORCH_PJRT_PLUGIN_CAPABILITIES": json.dumps(capabilities)}
+    proc = run_python(code, env=env)
+    line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):]), proc.stderr
+
+
+ONE_HOT_GATHERS = """
+import glob, json, os, tempfile
+import torch
+dump = tempfile.mkdtemp()
+torch.pjrt.set_dump_dir(dump)
+torch.manual_seed(0)
+diffs = {}
+
+def check(name, fn, *args):
+    expected = fn(*args)
+    actual = fn(*[a.to("pjrt") if isinstance(a, torch.Tensor) else a for a in args])
+    diffs[name] = (actual.cpu() - expected).abs().max().item()
+
+x = torch.randn(7, 5, 3)
+idx = torch.tensor([6, 0, 5, 3, 3])
+check("index_select dim0", torch.index_select, x, 0, idx)
+check("index_select dim1", torch.index_select, x, 1, torch.tensor([4, 0, 2]))
+check("index_select dim2", torch.index_select, x, 2, torch.tensor([[2], [0]]).flatten())
+check("embedding", torch.nn.functional.embedding, torch.tensor([[1, 2], [6, 1]]), torch.randn(7, 4))
+
+for scale in (False, True):
+    for padding_idx in (None, 2):
+        w_cpu = torch.randn(9, 4, requires_grad=True)
+        w_dev = w_cpu.detach().to("pjrt").requires_grad_()
+        ids = torch.tensor([[1, 2, 2], [8, 1, 2]])
+        g = torch.randn(2, 3, 4)
+        for w, dev in ((w_cpu, "cpu"), (w_dev, "pjrt")):
+            out = torch.nn.functional.embedding(ids.to(dev), w, padding_idx=padding_idx, scale_grad_by_freq=scale)
+            out.backward(g.to(dev))
+        diffs[f"embedding backward scale={scale} pad={padding_idx}"] = (w_dev.grad.cpu() - w_cpu.grad).abs().max().item()
+
+torch.pjrt.synchronize()
+texts = [open(p).read() for p in glob.glob(os.path.join(dump, "*.mlir"))]
+print("RESULT " + json.dumps({"diffs": diffs,
+                              "gathers": sum(t.count("stablehlo.gather") + t.count("stablehlo.scatter") for t in texts),
+                              "one_hot_dots": sum(t.count("precision = [HIGHEST, HIGHEST]") for t in texts)}))
+"""
+
+
+def test_one_hot_gathers_match_cpu():
+    out, _ = run_with_capabilities(ONE_HOT_GATHERS, {"dense_gather": False})
+    for name, diff in out["diffs"].items():
+        assert diff < 1e-5, (name, diff)
+    assert out["gathers"] == 0
+    assert out["one_hot_dots"] >= 8
+
+
+def test_dense_gathers_are_the_default():
+    out, _ = run_with_capabilities(ONE_HOT_GATHERS, {})
+    assert max(out["diffs"].values()) < 1e-5
+    assert out["gathers"] > 0 and out["one_hot_dots"] == 0
+
+
+MATMULS = """
+import glob, json, os, tempfile
+import torch
+dump = tempfile.mkdtemp()
+torch.pjrt.set_dump_dir(dump)
+a, b = torch.randn(4, 5), torch.randn(5, 3)
+img, k = torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)
+r = {"mm": ((a.to("pjrt") @ b.to("pjrt")).cpu() - a @ b).abs().max().item(),
+     "conv": (torch.conv2d(img.to("pjrt"), k.to("pjrt")).cpu() - torch.conv2d(img, k)).abs().max().item(),
+     "int_mm": torch.equal((torch.arange(6).view(2, 3).to("pjrt") @ torch.arange(6).view(3, 2).to("pjrt")).cpu(),
+                           torch.arange(6).view(2, 3) @ torch.arange(6).view(3, 2))}
+torch.pjrt.synchronize()
+texts = "".join(open(p).read() for p in glob.glob(os.path.join(dump, "*.mlir")))
+r["dot_precision"] = texts.count("precision = [HIGH, HIGH]")
+r["conv_precision"] = texts.count("precision_config = [#stablehlo<precision HIGH>, #stablehlo<precision HIGH>]")
+r["dots"] = texts.count("stablehlo.dot_general")
+print("RESULT " + json.dumps(r))
+"""
+
+
+def test_matmul_precision_reaches_dots_and_convolutions():
+    out, _ = run_with_capabilities(MATMULS, {"default_matmul_precision": "high"})
+    assert out["mm"] < 1e-5 and out["conv"] < 1e-4 and out["int_mm"]
+    # Float dots and the convolution carry the precision; the integer dot does not need one.
+    assert out["dot_precision"] == 1 and out["dots"] == 2
+    assert out["conv_precision"] == 1
+
+
+def test_no_precision_attribute_by_default():
+    out, _ = run_with_capabilities(MATMULS, {})
+    assert out["dot_precision"] == 0 and out["conv_precision"] == 0 and out["mm"] < 1e-5
+
+
+DTYPES = """
+import json, warnings, torch
+r = {}
+for dtype in (torch.float64, torch.int64, torch.float32):
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t = torch.arange(3, device="pjrt").to(dtype) * 2
+            t2 = torch.ones(2, dtype=dtype, device="pjrt")
+        r[str(dtype)] = {"ok": t.cpu().tolist(), "warnings": [str(w.message) for w in caught]}
+    except TypeError as e:
+        r[str(dtype)] = {"TypeError": str(e)}
+print("RESULT " + json.dumps(r))
+"""
+
+
+def test_unsupported_dtype_error_policy():
+    out, _ = run_with_capabilities(DTYPES, {"supported_dtypes": ["float32", "int64", "bool"]})
+    err = out["torch.float64"]["TypeError"]
+    assert "the 'testchip' device does not support torch.float64 tensors" in err
+    assert "bool,float32,int64" in err and "tensor.to(torch.float32)" in err
+    assert out["torch.int64"]["ok"] == [0, 2, 4] and out["torch.float32"]["ok"] == [0.0, 2.0, 4.0]
+
+
+def test_unsupported_dtype_warn_policy_warns_once():
+    out, _ = run_with_capabilities(DTYPES, {"supported_dtypes": ["float32", "int64", "bool"],
+                                            "unsupported_dtype_policy": "warn"})
+    assert out["torch.float64"]["ok"] == [0.0, 2.0, 4.0]
+    warned = [w for w in out["torch.float64"]["warnings"] if "no native torch.float64" in w]
+    assert len(warned) == 1 and "testchip" in warned[0]
