@@ -114,7 +114,7 @@ def test_runtime_config_carries_options_and_capabilities(fake_entry_points, monk
     (candidate,) = config["candidates"]
     assert candidate["library_path"] == "/nonexistent/libgood.so"
     assert candidate["capabilities"] == {"supported_dtypes": "float32,int32", "unsupported_dtype_policy": "error",
-                                         "dense_gather": "0", "amp_dtypes": "bfloat16,float16"}
+                                         "dense_gather": "0", "fast_transposed_matmul": "1", "amp_dtypes": "bfloat16,float16"}
     assert config["strict"] is False
 
 
@@ -145,7 +145,7 @@ def test_invalid_capabilities_name_the_plugin():
     assert base.capability_strings("x", {"supported_dtypes": [torch.double, "torch.float"],
                                          "default_matmul_precision": "high"}) == {
         "supported_dtypes": "float32,float64", "unsupported_dtype_policy": "error",
-        "dense_gather": "1", "matmul_precision": "high", "amp_dtypes": ""}
+        "dense_gather": "1", "fast_transposed_matmul": "1", "matmul_precision": "high", "amp_dtypes": ""}
 
 
 def test_builtin_plugins_declare_valid_capabilities():
@@ -275,3 +275,27 @@ def test_path_plugin_with_bad_capabilities_is_reported():
     """, env={"TORCH_PJRT_PLUGIN_LIBRARY": "/x.so", "TORCH_PJRT_PLUGIN_NAME": "mychip",
               "TORCH_PJRT_PLUGIN_CAPABILITIES": '{"speed": "fast"}'}).stdout
     assert "TORCH_PJRT_PLUGIN_CAPABILITIES: unknown capability 'speed'" in out
+
+
+# ---------------------------------------------------------------------------------- cpu
+
+
+def test_cpu_plugin_enables_region_analysis_unless_the_user_chose(monkeypatch):
+    from torch_pjrt.backends import cpu
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    cpu.CpuPlugin().configure_single_process()
+    assert os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_cpu_copy_insertion_use_region_analysis=true"
+    cpu.CpuPlugin().configure_multiprocess(0, 2)  # idempotent
+    assert os.environ["XLA_FLAGS"].count("region_analysis") == 1
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_copy_insertion_use_region_analysis=false")
+    cpu.CpuPlugin().configure_single_process()
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_copy_insertion_use_region_analysis=false"
+    # Set before the client starts, where the plugin reads it.
+    out = run_python("""
+        import os, torch
+        before = os.environ.get("XLA_FLAGS", "")
+        torch.ones(1, device="pjrt")
+        print(repr(before), repr(os.environ["XLA_FLAGS"]))
+    """, env={"XLA_FLAGS": ""}).stdout
+    assert out.strip() == "'' '--xla_cpu_copy_insertion_use_region_analysis=true'"

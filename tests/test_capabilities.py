@@ -137,3 +137,33 @@ def test_unsupported_dtype_warn_policy_warns_once():
     assert out["torch.float64"]["ok"] == [0.0, 2.0, 4.0]
     warned = [w for w in out["torch.float64"]["warnings"] if "no native torch.float64" in w]
     assert len(warned) == 1 and "testchip" in warned[0]
+
+
+def test_transposed_matmul_rewrite_on_the_cpu_plugin(tmp_path):
+    """The CPU plugin declares fast_transposed_matmul=False: x @ w.t() with the larger w is
+    emitted as (w @ x.t()).t() behind a barrier, and still equals CPU eager."""
+    import glob
+
+    import torch
+    from helpers import assert_close
+
+    assert torch.pjrt.capabilities()["fast_transposed_matmul"] is False
+    torch.manual_seed(0)
+    x, w, b = torch.randn(6, 40), torch.randn(72, 40), torch.randn(72)
+    small_w = torch.randn(3, 40)
+    torch.pjrt.set_dump_dir(str(tmp_path))
+    try:
+        dx, dw, db, dsmall = (t.to("pjrt") for t in (x, w, b, small_w))
+        outs = [torch.nn.functional.linear(dx, dw, db),  # addmm with a transposed view: rewritten
+                dx @ dw.t(),                              # mm: rewritten
+                dx @ dsmall.t(),                          # the weight is the smaller operand: kept
+                dw @ dx.t()]                              # already the fast form: kept
+        results = [o.cpu() for o in outs]
+    finally:
+        torch.pjrt.set_dump_dir(None)
+    expected = [torch.nn.functional.linear(x, w, b), x @ w.t(), x @ small_w.t(), w @ x.t()]
+    for got, want in zip(results, expected):
+        assert_close(got, want, atol=1e-4, rtol=1e-4)
+    text = "".join(open(p).read() for p in glob.glob(str(tmp_path / "*.mlir")))
+    assert text.count("stablehlo.optimization_barrier") == 2
+    assert text.count("stablehlo.dot_general") == 4

@@ -90,6 +90,11 @@ class DevicePlugin:
     #: and DEFAULT precision attributes). None leaves the compiler's default.
     default_matmul_precision: Optional[str] = None
 
+    #: False when the compiler runs ``x @ w.t()`` (a 2-D dot contracting the right operand's
+    #: minor dimension: every ``nn.Linear``) much slower than other layouts; the lowering then
+    #: computes ``(w @ x.t()).t()`` when ``w`` is the larger operand.
+    fast_transposed_matmul: bool = True
+
     #: dtypes autocast may use on this device, preferred first (the first is autocast's default).
     amp_dtypes: Tuple[str, ...] = ("bfloat16", "float16")
 
@@ -102,6 +107,7 @@ class DevicePlugin:
             "unsupported_dtype_policy": self.unsupported_dtype_policy,
             "dense_gather": self.dense_gather,
             "default_matmul_precision": self.default_matmul_precision,
+            "fast_transposed_matmul": self.fast_transposed_matmul,
             "amp_dtypes": [dtype_name(d) for d in self.amp_dtypes],
         }
 
@@ -141,6 +147,7 @@ def capability_strings(plugin: str, caps: Dict[str, Any]) -> Dict[str, str]:
             raise ValueError(f"unsupported_dtype_policy must be one of {_POLICIES}, got {policy!r}")
         out["unsupported_dtype_policy"] = policy
         out["dense_gather"] = "1" if caps.get("dense_gather", True) else "0"
+        out["fast_transposed_matmul"] = "1" if caps.get("fast_transposed_matmul", True) else "0"
         precision = caps.get("default_matmul_precision")
         if precision is not None:
             if precision not in _PRECISIONS:

@@ -21,7 +21,7 @@ from .base import DevicePlugin
 
 ENTRY_POINT_GROUP = "torch_pjrt.plugins"
 _CAPABILITY_ATTRIBUTES = ("supported_dtypes", "unsupported_dtype_policy", "dense_gather",
-                          "default_matmul_precision", "amp_dtypes")
+                          "default_matmul_precision", "fast_transposed_matmul", "amp_dtypes")
 
 _lock = threading.RLock()
 _records: Optional[Dict[str, "PluginRecord"]] = None

@@ -314,6 +314,19 @@ Val Emitter::Transpose(const Val& x, const Dims& perm) {
   Val v = NewValue(TensorType{x.dtype(), out});
   Line(Name(v) + " = stablehlo.transpose " + Name(x) + ", dims = " + DimsString(perm) + " : (" +
        TypeString(x) + ") -> " + TypeString(v));
+  if (x.rank() == 2) transposed_2d_[v.id] = x;
+  return v;
+}
+
+Val Emitter::TransposeSource(const Val& v) const {
+  if (v.is_param || v.sub >= 0) return Val();
+  auto it = transposed_2d_.find(v.id);
+  return it == transposed_2d_.end() ? Val() : it->second;
+}
+
+Val Emitter::OptimizationBarrier(const Val& x) {
+  Val v = NewValue(x.type);
+  Line(Name(v) + " = stablehlo.optimization_barrier " + Name(x) + " : " + TypeString(x));
   return v;
 }
 
@@ -415,6 +428,28 @@ Val Emitter::DynamicUpdateSlice(const Val& x, const Val& update, const std::vect
 Val Emitter::DotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,
                         const Dims& contract_a, const Dims& contract_b, ElementType out,
                         std::string_view precision) {
+  if (!target_.fast_transposed_matmul && batch_a.empty() && a.rank() == 2 && b.rank() == 2 &&
+      contract_a.size() == 1 && contract_a[0] == 1 && contract_b.size() == 1) {
+    // Where b is itself a transpose (w.t() read as a view), look at w's layout: the compiler
+    // folds the transpose into the dot anyway.
+    Val rhs = b;
+    int64_t rhs_contract = contract_b[0];
+    if (Val source = TransposeSource(b); source.valid()) {
+      rhs = source;
+      rhs_contract = 1 - rhs_contract;
+    }
+    if (rhs_contract == 1 && rhs.dims()[0] > a.dims()[0]) {
+      // a @ rhs.t() == (rhs @ a.t()).t(); the barrier stops the transpose being folded back.
+      Val t = EmitDotGeneral(rhs, a, {}, {}, {1}, {1}, out, precision);
+      return Transpose(OptimizationBarrier(t), {1, 0});
+    }
+  }
+  return EmitDotGeneral(a, b, batch_a, batch_b, contract_a, contract_b, out, precision);
+}
+
+Val Emitter::EmitDotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,
+                            const Dims& contract_a, const Dims& contract_b, ElementType out,
+                            std::string_view precision) {
   TensorType t{out, {}};
   for (int64_t d : batch_a) t.dims.push_back(a.dims()[d]);
   for (int64_t i = 0; i < a.rank(); ++i) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/dtype.h"
@@ -44,6 +45,10 @@ struct TargetOptions {
   // StableHLO precision of float dots and convolutions ("DEFAULT", "HIGH", "HIGHEST"); empty
   // leaves the attribute out (the compiler's default).
   std::string matmul_precision;
+  // The compiler runs a 2-D dot whose right operand is contracted along its minor dimension
+  // (x @ w.t(), every nn.Linear) well. When false, such a dot with the larger right operand is
+  // emitted as (w @ x.t()).t(), the transpose kept apart by an optimization barrier.
+  bool fast_transposed_matmul = true;
 };
 
 class Emitter {
@@ -79,6 +84,7 @@ class Emitter {
   Val BroadcastInDim(const Val& x, const Dims& out_dims, const Dims& mapping);
   Val BroadcastTo(const Val& x, const Dims& out_dims);  // numpy rules (trailing alignment)
   Val Transpose(const Val& x, const Dims& perm);        // no-op for the identity
+  Val OptimizationBarrier(const Val& x);  // keeps the compiler from folding across it
   Val Slice(const Val& x, const Dims& start, const Dims& limit, const Dims& strides);
   Val SliceDim(const Val& x, int64_t dim, int64_t start, int64_t limit, int64_t stride = 1);
   Val Concatenate(const std::vector<Val>& xs, int64_t dim);
@@ -148,10 +154,16 @@ class Emitter {
   void Line(const std::string& s);
   std::string Block(const std::vector<TensorType>& arg_types, const RegionBody& body);
 
+  Val EmitDotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,
+                     const Dims& contract_a, const Dims& contract_b, ElementType out,
+                     std::string_view precision);
+  // The operand of a 2-D transpose emitted by this emitter (invalid Val if `v` is not one).
+  Val TransposeSource(const Val& v) const;
   // The precision attribute's value for a dot/convolution on `operand_type` ("" for none).
   std::string_view PrecisionFor(ElementType operand_type, std::string_view override_precision) const;
 
   TargetOptions target_;
+  std::unordered_map<int32_t, Val> transposed_2d_;  // result id -> operand, for DotGeneral
   std::string body_;
   std::vector<TensorType> params_;
   std::vector<std::string> param_attrs_;
