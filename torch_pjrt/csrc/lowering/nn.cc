@@ -528,6 +528,9 @@ std::vector<Val> BatchNormBackward(LowerCtx& c, const Val& g, const Val& x, size
 
 // native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
 //                            save_invstd?, train, eps, output_mask)
+// also batch_norm_backward(grad_out, input, weight, running_mean?, running_var?, save_mean?,
+//                          save_var?, update, eps, output_mask, reserve): the same arguments in
+// the same places (its save_var holds the inverse std, as native_batch_norm's results do).
 std::vector<Val> LowerNativeBatchNormBackward(LowerCtx& c) {
   Val g = c.tensor(0), x = c.tensor(1);
   bool train = c.bool_arg(7);
@@ -543,24 +546,6 @@ std::vector<Val> LowerNativeBatchNormBackward(LowerCtx& c) {
   }
   return BatchNormBackward(c, g, x, 2, mean, invstd, train, c.int_list(9));
 }
-// batch_norm_backward(grad_out, input, weight, running_mean?, running_var?, save_mean?, save_var?,
-//                     update, eps, output_mask, reserve)
-std::vector<Val> LowerBatchNormBackward2(LowerCtx& c) {
-  Val g = c.tensor(0), x = c.tensor(1);
-  bool train = c.bool_arg(7);
-  double eps = c.double_arg(8);
-  Val mean, invstd;
-  if (train) {
-    mean = c.tensor(5);
-    invstd = c.tensor(6);
-  } else {
-    mean = c.tensor(3);
-    Val var = c.e.Convert(c.tensor(4), Opmath(x.dtype()));
-    invstd = c.e.Unary("rsqrt", c.e.Binary("add", var, c.e.Full(eps, var.type)));
-  }
-  return BatchNormBackward(c, g, x, 2, mean, invstd, train, c.int_list(9));
-}
-
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
 std::vector<Val> LowerLayerNorm(LowerCtx& c) {
   Val x = c.tensor(0);
@@ -814,7 +799,7 @@ void RegisterNNOps(Registry& r) {
   r.Add("_batch_norm_with_update", LowerBatchNormWithUpdate);
   r.Add("_batch_norm_no_update", LowerBatchNormNoUpdate);
   r.Add("native_batch_norm_backward", LowerNativeBatchNormBackward);
-  r.Add("batch_norm_backward", LowerBatchNormBackward2);
+  r.Add("batch_norm_backward", LowerNativeBatchNormBackward);
   r.Add("native_layer_norm", LowerLayerNorm);
   r.Add("native_layer_norm_backward", LowerLayerNormBackward);
   r.Add("native_group_norm", LowerGroupNorm);
