@@ -78,7 +78,7 @@ class DevicePlugin:
 
     #: What happens to a dtype outside ``supported_dtypes`` when a tensor of it is created on the
     #: device: "error" raises a TypeError naming the dtype, the plugin and the fix; "warn" warns
-    #: once per dtype and lets the plugin's compiler emulate it (e.g. int64 on TPU).
+    #: once per dtype and lets the plugin's compiler emulate it (e.g. float64 on TPU).
     unsupported_dtype_policy: str = "error"
 
     #: True when gathers and scatters are fast. False makes row lookups (``index_select``,

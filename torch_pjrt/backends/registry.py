@@ -61,8 +61,9 @@ class PathPlugin(DevicePlugin):
         for key, value in (capabilities or {}).items():
             if key not in _CAPABILITY_ATTRIBUTES:
                 raise ValueError(f"unknown capability {key!r}; known: {', '.join(_CAPABILITY_ATTRIBUTES)}")
-            setattr(self, key, tuple(value) if key == "amp_dtypes" else
-                    frozenset(value) if key == "supported_dtypes" and value is not None else value)
+            if isinstance(value, list):  # JSON lists: the tuple/frozenset attributes
+                value = frozenset(value) if key == "supported_dtypes" else tuple(value)
+            setattr(self, key, value)
 
     def library_path(self) -> str:
         return self._path
@@ -226,6 +227,8 @@ def runtime_config() -> Dict:
             _warn(f"sub-plugin '{record.name}' is skipped: configuring it raised {message}")
     if not result:
         raise RuntimeError("no torch_pjrt sub-plugin could be configured")
+    # The first candidate is the one that runs unless it fails to start (then a warning says so
+    # and autocast may keep a dtype the next plugin rejects, with torch's own warning).
     _set_autocast_default(result[0]["capabilities"])
     return {"candidates": result, "strict": requested_name() is not None}
 

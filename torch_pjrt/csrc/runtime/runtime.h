@@ -17,7 +17,7 @@ struct PluginConfig {
   std::string name;          // the sub-plugin's name, e.g. "cpu"
   std::string library_path;  // the PJRT plugin shared library
   std::vector<NamedOption> options;
-  // The sub-plugin's capabilities as strings ("unsupported_dtypes" -> "float64,int64", ...).
+  // The sub-plugin's capabilities as strings ("supported_dtypes" -> "float32,int64", ...).
   // The runtime only carries them; the layers above interpret them.
   std::map<std::string, std::string> capabilities;
 };
