@@ -370,41 +370,36 @@ Val AdaptiveMatrix(Emitter& e, int64_t in, int64_t out, ElementType t) {
                   e.Full(0, TensorType{t, {out, in}}));
 }
 
-// _adaptive_avg_pool2d(self, output_size): two small matmuls with averaging matrices.
-std::vector<Val> LowerAdaptiveAvgPool2d(LowerCtx& c) {
-  Val x = c.tensor(0);
+// Multiplies the last two dims of `v` by the averaging matrices Mh [oh, h] and Mw [ow, w],
+// contracting each matrix's dimension `contract` (1: forward, [.., h, w] -> [.., oh, ow]; 0: the
+// transposed product of the backward pass, [.., oh, ow] -> [.., h, w]).
+Val AdaptiveAverage(LowerCtx& c, const Val& v, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                    int64_t contract) {
   ElementType acc = Opmath(c.out().dtype);
-  int64_t r = x.rank();
-  int64_t h = x.dims()[r - 2], w = x.dims()[r - 1];
-  int64_t oh = c.out().dims[r - 2], ow = c.out().dims[r - 1];
-  Val xc = c.e.Convert(x, acc);
-  // Contract W with Mw [ow, w] -> [..., h, ow]; then H with Mh [oh, h].
+  int64_t r = v.rank();
   Val mw = AdaptiveMatrix(c.e, w, ow, acc), mh = AdaptiveMatrix(c.e, h, oh, acc);
-  Val y = c.e.DotGeneral(xc, mw, {}, {}, {r - 1}, {1}, acc);  // [..., h, ow]
-  Val z = c.e.DotGeneral(y, mh, {}, {}, {r - 2}, {1}, acc);   // [..., ow, oh]
+  Val y = c.e.DotGeneral(c.e.Convert(v, acc), mw, {}, {}, {r - 1}, {contract}, acc);  // last dim done
+  Val z = c.e.DotGeneral(y, mh, {}, {}, {r - 2}, {contract}, acc);  // [..., last, second-last]
   Dims perm;
   for (int64_t i = 0; i < r - 2; ++i) perm.push_back(i);
   perm.push_back(r - 1);
   perm.push_back(r - 2);
-  return {c.e.Convert(c.e.Transpose(z, perm), c.out().dtype)};
+  return c.e.Convert(c.e.Transpose(z, perm), c.out().dtype);
+}
+
+// _adaptive_avg_pool2d(self, output_size): two small matmuls with averaging matrices.
+std::vector<Val> LowerAdaptiveAvgPool2d(LowerCtx& c) {
+  Val x = c.tensor(0);
+  int64_t r = x.rank();
+  return {AdaptiveAverage(c, x, x.dims()[r - 2], x.dims()[r - 1], c.out().dims[r - 2],
+                          c.out().dims[r - 1], 1)};
 }
 
 // _adaptive_avg_pool2d_backward(grad_output, self)
 std::vector<Val> LowerAdaptiveAvgPool2dBackward(LowerCtx& c) {
   Val g = c.tensor(0), x = c.tensor(1);
-  ElementType acc = Opmath(c.out().dtype);
   int64_t r = x.rank();
-  int64_t h = x.dims()[r - 2], w = x.dims()[r - 1];
-  int64_t oh = g.dims()[r - 2], ow = g.dims()[r - 1];
-  Val gc = c.e.Convert(g, acc);
-  Val mw = AdaptiveMatrix(c.e, w, ow, acc), mh = AdaptiveMatrix(c.e, h, oh, acc);
-  Val y = c.e.DotGeneral(gc, mw, {}, {}, {r - 1}, {0}, acc);  // [..., oh, w]
-  Val z = c.e.DotGeneral(y, mh, {}, {}, {r - 2}, {0}, acc);   // [..., w, h]
-  Dims perm;
-  for (int64_t i = 0; i < r - 2; ++i) perm.push_back(i);
-  perm.push_back(r - 1);
-  perm.push_back(r - 2);
-  return {c.e.Convert(c.e.Transpose(z, perm), c.out().dtype)};
+  return {AdaptiveAverage(c, g, x.dims()[r - 2], x.dims()[r - 1], g.dims()[r - 2], g.dims()[r - 1], 0)};
 }
 
 // ------------------------------------------------------------ normalization
