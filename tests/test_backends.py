@@ -280,17 +280,22 @@ def test_path_plugin_with_bad_capabilities_is_reported():
 # ---------------------------------------------------------------------------------- cpu
 
 
-def test_cpu_plugin_enables_region_analysis_unless_the_user_chose(monkeypatch):
+CPU_FLAGS = "--xla_cpu_copy_insertion_use_region_analysis=true --xla_cpu_enable_fast_min_max=false"
+
+
+def test_cpu_plugin_sets_its_xla_flags_unless_the_user_chose(monkeypatch):
     from torch_pjrt.backends import cpu
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     cpu.CpuPlugin().configure_single_process()
-    assert os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_cpu_copy_insertion_use_region_analysis=true"
+    assert os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x " + CPU_FLAGS
     cpu.CpuPlugin().configure_multiprocess(0, 2)  # idempotent
     assert os.environ["XLA_FLAGS"].count("region_analysis") == 1
+    assert os.environ["XLA_FLAGS"].count("fast_min_max") == 1
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_copy_insertion_use_region_analysis=false")
     cpu.CpuPlugin().configure_single_process()
-    assert os.environ["XLA_FLAGS"] == "--xla_cpu_copy_insertion_use_region_analysis=false"
+    assert os.environ["XLA_FLAGS"] == ("--xla_cpu_copy_insertion_use_region_analysis=false "
+                                       "--xla_cpu_enable_fast_min_max=false")
     # Set before the client starts, where the plugin reads it.
     out = run_python("""
         import os, torch
@@ -298,4 +303,4 @@ def test_cpu_plugin_enables_region_analysis_unless_the_user_chose(monkeypatch):
         torch.ones(1, device="pjrt")
         print(repr(before), repr(os.environ["XLA_FLAGS"]))
     """, env={"XLA_FLAGS": ""}).stdout
-    assert out.strip() == "'' '--xla_cpu_copy_insertion_use_region_analysis=true'"
+    assert out.strip() == "'' '" + CPU_FLAGS + "'"

@@ -31,19 +31,28 @@ def _package_dir() -> Optional[str]:
     return list(spec.submodule_search_locations)[0]
 
 
-_REGION_ANALYSIS_FLAG = "--xla_cpu_copy_insertion_use_region_analysis"
+# XLA:CPU options this plugin needs, read by the plugin only from XLA_FLAGS before its first
+# compile. A user's own setting of any of them wins.
+_XLA_FLAGS = {
+    # Region-based copy insertion (off by default; XLA's own host-offloading client turns it on).
+    # Without it, every parameter that a training step both reads in the backward pass and
+    # updates in place is copied first: the MLP benchmark copies its 16 MB weight each step and
+    # runs ~35% slower with a higher peak RSS (docs/design.md).
+    "--xla_cpu_copy_insertion_use_region_analysis": "true",
+    # StableHLO's maximum/minimum propagate NaN (IEEE-754 maximum), and so does torch. XLA:CPU's
+    # "fast" min/max (on by default in this plugin) returns whichever operand comes second when
+    # one is NaN: torch.maximum, amax, max() and max pooling then hide a diverging run's NaNs
+    # depending on argument order.
+    "--xla_cpu_enable_fast_min_max": "false",
+}
 
 
-def _use_region_analysis_copy_insertion() -> None:
-    """Turns on XLA:CPU's region-based copy insertion (off by default; XLA's own host-offloading
-    client turns it on). Without it, every parameter that a training step both reads in the
-    backward pass and updates in place is copied first: the MLP benchmark copies its 16 MB
-    weight each step and runs ~35% slower with a higher peak RSS (docs/design.md). The plugin
-    reads options only from XLA_FLAGS, before its first compile; a user's own setting of the flag
-    wins."""
+def _set_xla_flags() -> None:
     flags = os.environ.get("XLA_FLAGS", "")
-    if _REGION_ANALYSIS_FLAG not in flags:
-        os.environ["XLA_FLAGS"] = (flags + " " + _REGION_ANALYSIS_FLAG + "=true").strip()
+    for name, value in _XLA_FLAGS.items():
+        if name not in flags:
+            flags = (flags + " " + name + "=" + value).strip()
+    os.environ["XLA_FLAGS"] = flags
 
 
 class CpuPlugin(DevicePlugin):
@@ -85,10 +94,10 @@ class CpuPlugin(DevicePlugin):
         return 1
 
     def configure_single_process(self) -> None:
-        _use_region_analysis_copy_insertion()
+        _set_xla_flags()
 
     def configure_multiprocess(self, local_rank: int, local_world_size: int) -> None:
-        _use_region_analysis_copy_insertion()
+        _set_xla_flags()
 
     # float64 and int64 run natively; the XLA CPU compiler handles every dtype pjrt supports.
     amp_dtypes = ("bfloat16", "float16")

@@ -214,7 +214,7 @@ std::vector<Val> LowerUnary(LowerCtx& c) {
 constexpr char kNeg[] = "negate", kExp[] = "exponential", kExpm1[] = "exponential_minus_one",
                kLog[] = "log", kLog1p[] = "log_plus_one", kSqrt[] = "sqrt", kRsqrt[] = "rsqrt",
                kSin[] = "sine", kCos[] = "cosine", kTan[] = "tan", kTanh[] = "tanh",
-               kSigmoid[] = "logistic", kAbs[] = "abs", kSign[] = "sign", kNot[] = "not",
+               kSigmoid[] = "logistic", kAbs[] = "abs", kNot[] = "not",
                kRound[] = "round_nearest_even", kCbrt[] = "cbrt";
 
 // CHLO ops (lowered to StableHLO by the plugin): "%r = chlo.erf %x : tensor<..> -> tensor<..>".
@@ -267,6 +267,17 @@ std::vector<Val> LowerLogicalNot(LowerCtx& c) {
   return {Done(c, c.e.Unary("not", In(c, 0, ElementType::kBool)))};
 }
 std::vector<Val> LowerBitwiseNot(LowerCtx& c) { return {c.e.Unary("not", In(c, 0, c.out().dtype))}; }
+// torch.sign is (0 < x) - (x < 0): 0 for NaN and for -0.0, where stablehlo.sign returns NaN
+// and -0.0.
+std::vector<Val> LowerSign(LowerCtx& c) {
+  ElementType t = Compute(c);
+  Val x = In(c, 0, t);
+  if (t == ElementType::kBool) return {Done(c, x)};
+  Val zero = K(c, 0, t);
+  Val pos = c.e.Convert(c.e.Compare("GT", x, zero), t);
+  Val neg = c.e.Convert(c.e.Compare("LT", x, zero), t);
+  return {Done(c, Sub(c.e, pos, neg))};
+}
 std::vector<Val> LowerIsnan(LowerCtx& c) {
   Val x = c.tensor(0);
   if (!IsFloating(x.dtype())) return {c.e.Full(0, c.out())};
@@ -512,7 +523,7 @@ void RegisterElementwiseOps(Registry& r) {
 
   r.Add("neg", LowerUnary<kNeg>);
   r.Add("abs", LowerUnary<kAbs>);
-  r.Add("sign", LowerUnary<kSign>);
+  r.Add("sign", LowerSign);
   r.Add("exp", LowerUnary<kExp>);
   r.Add("exp2", LowerExp2);
   r.Add("expm1", LowerUnary<kExpm1>);
