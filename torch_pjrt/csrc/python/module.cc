@@ -13,6 +13,7 @@
 #include "graph/executor.h"
 #include "graph/metrics.h"
 #include "hooks/generator.h"
+#include "lowering/lowering.h"
 #include "runtime/executable.h"
 #include "runtime/runtime.h"
 
@@ -247,6 +248,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("_live_nodes", &graph::LiveNodeCount);
   m.def("_live_storages", &graph::LazyStorage::LiveCount);
   m.def("_missing_lowerings", [] { return MissingLowerings(); });
+  // Schema names ("add.Tensor") of every ATen op with a lowering (its in-place and out= variants
+  // are registered too).
+  m.def("_lowered_ops", [] {
+    std::vector<std::string> names;
+    for (const auto& entry : lowering::Table()) {
+      if (entry.schema.rfind("pjrt::", 0) != 0) names.push_back(entry.schema);
+    }
+    return names;
+  });
   // Compiles StableHLO text with the active plugin and returns its number of outputs: a debugging
   // aid for lowering authors and plugin vendors (errors come back as RuntimeError).
   m.def("_compile_stablehlo", [](const std::string& text) {
