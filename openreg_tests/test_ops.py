@@ -49,6 +49,14 @@ def op_key(op):
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
+def on_device(sample, device):
+    """The sample with its tensors moved to `device`, and factories told to create there."""
+    moved = sample.transform(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t)
+    if "device" in moved.kwargs:
+        moved.kwargs = dict(moved.kwargs, device=device)
+    return moved
+
+
 def to(device, x):
     return torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, x)
 
@@ -62,12 +70,26 @@ class TestPjrtOpInfo(TestCase):
         failures = []
         compared = unsupported = 0
         for sample in list(op.sample_inputs("cpu", dtype))[:MAX_SAMPLES]:
+            moved = on_device(sample, device)
             try:
                 expected = op(sample.input, *sample.args, **sample.kwargs)
-            except Exception:
-                continue  # not valid on CPU either
+            except Exception as cpu_error:
+                # Not valid on the CPU: pjrt must refuse it too, with the same exception type.
+                try:
+                    op(moved.input, *moved.args, **moved.kwargs)
+                    torch.pjrt.synchronize()
+                except Exception as e:
+                    if is_unsupported_dtype_error(e):
+                        unsupported += 1
+                    elif type(e) is not type(cpu_error):
+                        failures.append(f"CPU raised {type(cpu_error).__name__}, pjrt {type(e).__name__}: {e}")
+                        break
+                    else:
+                        compared += 1
+                    continue
+                failures.append(f"CPU raised {type(cpu_error).__name__}: {cpu_error}, pjrt accepted the sample")
+                break
             try:
-                moved = sample.transform(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t)
                 actual = op(moved.input, *moved.args, **moved.kwargs)
                 self.assertEqual(to("cpu", actual), expected, atol=1e-4, rtol=1e-4, exact_dtype=True)
                 compared += 1
@@ -85,27 +107,29 @@ class TestPjrtOpInfo(TestCase):
             return
         if failures:
             self.fail(f"{key}: {failures[0]}")
+        self.assertGreater(compared, 0, f"{key}: no sample was compared")
 
     @ops([op for op in op_db if op.supports_out], allowed_dtypes=(torch.float32,))
     def test_out_argument(self, device, dtype, op):
         key = op_key(op)
         if key in EXPECTED_FAILURES or key in NONDETERMINISTIC or op.name in NONDETERMINISTIC:
             self.skipTest("listed difference")
+        sample = first_sample(self, op.sample_inputs("cpu", dtype))
+        expected = op(sample.input, *sample.args, **sample.kwargs)  # computed on the CPU
+        if not isinstance(expected, torch.Tensor):
+            self.skipTest("multiple outputs")
+        moved = on_device(sample, device)
         try:
-            sample = first_sample(self, op.sample_inputs(device, dtype))
-            expected = op(sample.input, *sample.args, **sample.kwargs)
+            out = torch.empty_like(expected, device=device)
+            ptr = out.data_ptr()
+            result = op(moved.input, *moved.args, **moved.kwargs, out=out)
         except TypeError as e:
             if is_unsupported_dtype_error(e):
                 self.skipTest("the sample needs a dtype the active plugin does not support")
             raise
-        if not isinstance(expected, torch.Tensor):
-            self.skipTest("multiple outputs")
-        out = torch.empty_like(expected)
-        ptr = out.data_ptr()
-        result = op(sample.input, *sample.args, **sample.kwargs, out=out)
         self.assertIs(result, out)
         self.assertEqual(out.data_ptr(), ptr)  # written in place, not reallocated
-        self.assertEqual(out.cpu(), expected.cpu(), atol=1e-5, rtol=1e-5)
+        self.assertEqual(out.cpu(), expected, atol=1e-5, rtol=1e-5, exact_dtype=True)
 
 
 instantiate_device_type_tests(TestPjrtOpInfo, globals(), only_for=("pjrt",))

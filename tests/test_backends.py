@@ -106,16 +106,16 @@ def test_pjrt_device_selects_and_explains(fake_entry_points, monkeypatch):
         registry.candidates()
 
 
-def test_runtime_config_carries_options_and_capabilities(fake_entry_points, monkeypatch):
+def test_candidate_config_carries_options_and_capabilities(fake_entry_points, monkeypatch):
     fake_entry_points(("good", "fake_vendor_plugins:GoodPlugin"))
     monkeypatch.setattr(GoodPlugin, "supported_dtypes", frozenset({torch.float32, "int32"}), raising=False)
     monkeypatch.setattr(GoodPlugin, "dense_gather", False, raising=False)
-    config = registry.runtime_config()
-    (candidate,) = config["candidates"]
+    candidate = registry.candidate_config(0)
     assert candidate["library_path"] == "/nonexistent/libgood.so"
     assert candidate["capabilities"] == {"supported_dtypes": "float32,int32", "unsupported_dtype_policy": "error",
                                          "dense_gather": "0", "fast_transposed_matmul": "1", "amp_dtypes": "bfloat16,float16"}
-    assert config["strict"] is False
+    assert candidate["strict"] is False
+    assert registry.candidate_config(1) is None
 
 
 def test_plugin_whose_configuration_fails_is_skipped(fake_entry_points, monkeypatch):
@@ -126,11 +126,63 @@ def test_plugin_whose_configuration_fails_is_skipped(fake_entry_points, monkeypa
 
     monkeypatch.setattr(GoodPlugin, "configure_single_process", boom)
     with pytest.warns(RuntimeWarning, match="sub-plugin 'good' is skipped: configuring it raised RuntimeError: firmware too old"):
-        with pytest.raises(RuntimeError, match="no torch_pjrt sub-plugin could be configured"):
-            registry.runtime_config()
+        skipped = registry.candidate_config(0)
+    assert skipped["skip"] == "sub-plugin 'good' could not be configured: RuntimeError: firmware too old"
     monkeypatch.setenv("PJRT_DEVICE", "good")
     with pytest.raises(RuntimeError, match="sub-plugin 'good' could not be configured: RuntimeError: firmware too old"):
-        registry.runtime_config()
+        registry.candidate_config(0)
+
+
+class RecordingPlugin(GoodPlugin):
+    """Records its configure calls in the environment (where real plugins leave their marks)."""
+
+    def configure_single_process(self):
+        os.environ["TORCH_PJRT_TEST_CONFIGURED"] = os.environ.get("TORCH_PJRT_TEST_CONFIGURED", "") + self.name + ";"
+
+
+def test_only_the_candidate_being_tried_is_configured(fake_entry_points, monkeypatch):
+    class First(RecordingPlugin):
+        priority = 20
+
+    class Second(RecordingPlugin):
+        priority = 10
+
+    sys.modules["fake_vendor_plugins"].First = First
+    sys.modules["fake_vendor_plugins"].Second = Second
+    monkeypatch.setenv("TORCH_PJRT_TEST_CONFIGURED", "")
+    fake_entry_points(("first", "fake_vendor_plugins:First"), ("second", "fake_vendor_plugins:Second"))
+    assert registry.candidate_config(0)["name"] == "first"
+    assert os.environ["TORCH_PJRT_TEST_CONFIGURED"] == "first;"
+    # The runtime asks for the second only if the first fails to start.
+    assert registry.candidate_config(1)["name"] == "second"
+    assert os.environ["TORCH_PJRT_TEST_CONFIGURED"] == "first;second;"
+
+
+def test_a_fallback_candidate_is_never_configured_when_the_best_one_starts():
+    out = run_python("""
+        import importlib.metadata, os, sys, types, warnings
+        from torch_pjrt.backends import DevicePlugin, registry
+
+        class Spare(DevicePlugin):
+            priority = -5  # below the CPU plugin: tried only if it fails
+            def library_path(self):
+                return "/nonexistent/spare.so"
+            def configure_single_process(self):
+                os.environ["SPARE_CONFIGURED"] = "1"
+
+        module = types.ModuleType("spare_plugin")
+        module.Spare = Spare
+        sys.modules["spare_plugin"] = module
+        real = importlib.metadata.entry_points
+        extra = importlib.metadata.EntryPoint("spare", "spare_plugin:Spare", registry.ENTRY_POINT_GROUP)
+        importlib.metadata.entry_points = lambda group=None: (
+            list(real(group=group)) + ([extra] if group == registry.ENTRY_POINT_GROUP else []))
+        import torch
+        registry.discover(refresh=True)
+        torch.ones(1, device="pjrt")
+        print(torch.pjrt.plugin(), os.environ.get("SPARE_CONFIGURED", "never"))
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}).stdout
+    assert out.split() == ["cpu", "never"]
 
 
 def test_invalid_capabilities_name_the_plugin():

@@ -68,6 +68,37 @@ def test_one_hot_gathers_match_cpu():
     assert out["one_hot_dots"] >= 8
 
 
+ONE_HOT_NON_FINITE = """
+import json
+import torch
+inf, nan = float("inf"), float("nan")
+table = torch.tensor([[1., -inf, 3., 4.], [nan, 2., inf, 0.], [5., 6., 7., -inf]])
+results = {}
+
+def same(a, b):
+    return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num()))
+
+for idx in ([0], [2, 2, 0], [1]):
+    i = torch.tensor(idx)
+    for dim in (0, 1):
+        results[f"index_select {idx} dim{dim}"] = same(table.to("pjrt").index_select(dim, i.to("pjrt")).cpu(),
+                                                      table.index_select(dim, i))
+# Gradient rows with infinities and NaN summed into the embedding table: only the rows they
+# reach change, and +inf + -inf is NaN as on the CPU.
+ids = torch.tensor([0, 2, 2, 3, 0])
+grad = torch.tensor([[inf, 1.], [2., -inf], [inf, 3.], [nan, 4.], [-inf, 5.]])
+expected = torch.ops.aten.embedding_dense_backward(grad, ids, 5, -1, False)
+actual = torch.ops.aten.embedding_dense_backward(grad.to("pjrt"), ids.to("pjrt"), 5, -1, False).cpu()
+results["embedding backward"] = same(actual, expected)
+print("RESULT " + json.dumps(results))
+"""
+
+
+def test_one_hot_gathers_keep_non_finite_values_in_their_rows():
+    out, _ = run_with_capabilities(ONE_HOT_NON_FINITE, {"dense_gather": False})
+    assert all(out.values()), out
+
+
 def test_dense_gathers_are_the_default():
     out, _ = run_with_capabilities(ONE_HOT_GATHERS, {})
     assert max(out["diffs"].values()) < 1e-5

@@ -158,11 +158,18 @@ def test_buffers_are_donated_for_in_place_updates():
 
 
 def test_execution_is_asynchronous():
-    x = torch.randn(1024, 1024).to("pjrt")
-    torch.pjrt.synchronize()
-    y = x @ x @ x @ x
+    x = (torch.randn(1024, 1024) / 32).to("pjrt")  # scaled so the chain stays finite
+    chain = lambda t: t @ t @ t @ t @ t @ t @ t @ t  # ~15 GFLOP: well over 0.1 s on this machine
+    chain(x).cpu()  # compiled once, so the launch below is only a launch
+    (x + 1).sum().cpu()  # and the tracing below finds its Meta results memoized
+    stream = torch.accelerator.current_stream(x.device)
+    y = chain(x)
     torch.pjrt._C._synchronize(0, "synchronize", False)  # launch without waiting
-    # Tracing continues while the device computes; reading waits for the result.
+    # The device is still computing while Python goes on tracing (a synchronous Execute would
+    # have finished before returning, and the stream would be idle here).
     z = (x + 1).sum()
-    torch.testing.assert_close(y.cpu()[0, :4], (x.cpu() @ x.cpu() @ x.cpu() @ x.cpu())[0, :4], rtol=1e-3, atol=1e-2)
+    assert not stream.query()
+    torch.pjrt.synchronize()
+    assert stream.query()
+    torch.testing.assert_close(y.cpu(), chain(x.cpu()), rtol=1e-3, atol=1e-4)
     assert z.item() == pytest.approx((x.cpu() + 1).sum().item(), rel=1e-4)

@@ -38,7 +38,7 @@ def _register():
         torch._register_device_module("pjrt", device_module)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
-    _C._set_config_provider(registry.runtime_config)
+    _C._set_candidate_provider(registry.candidate_config)
     # XLA hardware prefers bfloat16 (torch's default for a PrivateUse1 device is float16); the
     # selected plugin's first AMP dtype replaces it when the device starts, if it differs.
     torch.set_autocast_dtype("pjrt", torch.bfloat16)

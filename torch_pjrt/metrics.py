@@ -11,7 +11,12 @@ from typing import Dict, Tuple
 
 from . import _C
 
-__all__ = ["counters", "timers", "counter", "fallbacks", "syncs", "report", "reset"]
+__all__ = ["counters", "timers", "counter", "fallbacks", "lowered", "syncs", "report", "reset"]
+
+# Prefixes of the named counters: one source of truth for this module and the tests.
+FALLBACK_PREFIX = "aten::"   # CPU fallbacks per op
+SYNC_PREFIX = "Sync::"       # syncs per cause
+LOWERED_PREFIX = "Lowered::"  # ops traced natively, per lowering (schema name)
 
 
 def counters() -> Dict[str, int]:
@@ -31,12 +36,18 @@ def timers() -> Dict[str, Tuple[int, float, float]]:
 
 def fallbacks() -> Dict[str, int]:
     """CPU fallback calls per op, e.g. {"aten::nonzero": 3}."""
-    return {k: v for k, v in counters().items() if k.startswith("aten::")}
+    return {k: v for k, v in counters().items() if k.startswith(FALLBACK_PREFIX)}
+
+
+def lowered() -> Dict[str, int]:
+    """Ops traced natively per lowering (schema name, in-place and out= variants counted with
+    their functional op), e.g. {"add.Tensor": 12}."""
+    return {k[len(LOWERED_PREFIX):]: v for k, v in counters().items() if k.startswith(LOWERED_PREFIX)}
 
 
 def syncs() -> Dict[str, int]:
     """Syncs by cause, e.g. {"item": 10, "to_cpu": 1}."""
-    return {k[len("Sync::"):]: v for k, v in counters().items() if k.startswith("Sync::")}
+    return {k[len(SYNC_PREFIX):]: v for k, v in counters().items() if k.startswith(SYNC_PREFIX)}
 
 
 def reset() -> None:
@@ -47,7 +58,7 @@ def report() -> str:
     """A readable summary of every counter and timer."""
     lines = ["torch_pjrt metrics", "  counters:"]
     c = counters()
-    for name in sorted(k for k in c if not k.startswith(("aten::", "Sync::"))):
+    for name in sorted(k for k in c if not k.startswith((FALLBACK_PREFIX, SYNC_PREFIX, LOWERED_PREFIX))):
         lines.append(f"    {name:<28} {c[name]}")
     sync = syncs()
     if sync:

@@ -201,36 +201,45 @@ def _local_topology():
     return int(rank), int(size)
 
 
-def runtime_config() -> Dict:
-    """What the C++ runtime needs to start a client; called once, on first device use."""
+def candidate_config(index: int) -> Optional[Dict]:
+    """What the C++ runtime needs to start candidate ``index`` (best first), or None past the last.
+
+    The runtime asks candidate by candidate until one starts, so only a candidate that is about
+    to be started is configured: ``configure_single_process``/``configure_multiprocess`` set
+    process-wide state (XLA_FLAGS, TPU_* variables) that must not leak from a plugin that is not
+    used. Called on first device use, never at ``import torch``, with no runtime lock held.
+    """
     # XLA plugins log INFO lines through absl on stderr; keep warnings and errors only.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    result = []
-    topology = _local_topology()
-    for record in candidates():
-        plugin = record.plugin
-        try:
-            if topology is None:
-                plugin.configure_single_process()
-            else:
-                plugin.configure_multiprocess(*topology)
-            result.append({
-                "name": record.name,
-                "library_path": str(plugin.library_path()),
-                "options": dict(plugin.client_create_options()),
-                "capabilities": plugin.runtime_capabilities(),
-            })
-        except Exception as e:
-            message = f"{type(e).__name__}: {e}"
-            if requested_name() is not None:
-                raise RuntimeError(f"sub-plugin '{record.name}' could not be configured: {message}") from e
-            _warn(f"sub-plugin '{record.name}' is skipped: configuring it raised {message}")
-    if not result:
-        raise RuntimeError("no torch_pjrt sub-plugin could be configured")
-    # The first candidate is the one that runs unless it fails to start (then a warning says so
-    # and autocast may keep a dtype the next plugin rejects, with torch's own warning).
-    _set_autocast_default(result[0]["capabilities"])
-    return {"candidates": result, "strict": requested_name() is not None}
+    records = candidates()
+    if index >= len(records):
+        return None
+    record = records[index]
+    strict = requested_name() is not None
+    plugin = record.plugin
+    try:
+        topology = _local_topology()
+        if topology is None:
+            plugin.configure_single_process()
+        else:
+            plugin.configure_multiprocess(*topology)
+        config = {
+            "name": record.name,
+            "library_path": str(plugin.library_path()),
+            "options": dict(plugin.client_create_options()),
+            "capabilities": plugin.runtime_capabilities(),
+            "strict": strict,
+        }
+    except Exception as e:
+        message = f"{type(e).__name__}: {e}"
+        if strict:
+            raise RuntimeError(f"sub-plugin '{record.name}' could not be configured: {message}") from e
+        _warn(f"sub-plugin '{record.name}' is skipped: configuring it raised {message}")
+        return {"name": record.name, "skip": f"sub-plugin '{record.name}' could not be configured: {message}",
+                "strict": strict}
+    # If this candidate fails to start, the next one's configuration sets the default again.
+    _set_autocast_default(config["capabilities"])
+    return config
 
 
 def _set_autocast_default(capabilities: Dict[str, str]) -> None:

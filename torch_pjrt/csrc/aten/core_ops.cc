@@ -15,6 +15,7 @@
 #include <chrono>
 
 #include "aten/lazy_tensor.h"
+#include "aten/torch_errors.h"
 #include "aten/transfer.h"
 #include "graph/executor.h"
 #include "graph/metrics.h"
@@ -38,12 +39,10 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   c10::DeviceIndex index = ResolveDevice(device);
   c10::ScalarType st = dtype.value_or(c10::get_default_dtype_as_scalartype());
   auto format = memory_format.value_or(c10::MemoryFormat::Contiguous);
-  if (format == c10::MemoryFormat::Contiguous || format == c10::MemoryFormat::Preserve) {
-    return EmptyContiguous(size, st, index);
-  }
-  std::vector<int64_t> strides = c10::get_channels_last_strides_2d(size);
-  if (format == c10::MemoryFormat::ChannelsLast3d) strides = c10::get_channels_last_strides_3d(size);
-  return EmptyStrided(size, strides, st, index);
+  if (format == c10::MemoryFormat::Contiguous) return EmptyContiguous(size, st, index);
+  // torch's own stride rules and errors (e.g. channels_last needs rank 4), from a meta tensor.
+  at::Tensor meta = at::empty(size, at::TensorOptions().dtype(st).device(c10::kMeta), format);
+  return EmptyStrided(size, meta.strides(), st, index);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -56,13 +55,13 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
 }
 
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  CopyBetweenDevices(self, dst);
+  WithTorchErrors([&] { CopyBetweenDevices(self, dst); });
   return dst;
 }
 
 at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
-  CopyBetweenDevices(self, dst);
+  WithTorchErrors([&] { CopyBetweenDevices(self, dst); });
   return dst;
 }
 
@@ -70,7 +69,7 @@ at::Scalar _local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
   at::Tensor cpu = at::empty({}, self.options().device(c10::kCPU));
-  CopyToHost(self.reshape({}), cpu, graph::SyncCause::kItem);
+  WithTorchErrors([&] { CopyToHost(self.reshape({}), cpu, graph::SyncCause::kItem); });
   return cpu.item();
 }
 

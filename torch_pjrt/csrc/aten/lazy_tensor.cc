@@ -181,7 +181,7 @@ graph::Value Coerce(graph::Value v, ElementType dtype, c10::IntArrayRef sizes, i
     static const int expand = graph::InternalOp("pjrt::expand");
     graph::ArgPool pool(want.begin(), want.end());
     graph::ArgList args{graph::Arg::Tensor(0),
-                        graph::Arg{graph::ArgKind::kIntList, 0, static_cast<uint16_t>(want.size()), 0}};
+                        graph::Arg{graph::ArgKind::kIntList, 0, static_cast<uint32_t>(want.size()), 0}};
     v = graph::MakeOp(expand, device, {v}, std::move(args), std::move(pool), {graph::TensorType{dtype, want}})[0];
   }
   return v;

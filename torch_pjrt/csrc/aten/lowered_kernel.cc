@@ -4,6 +4,7 @@
 // become 0-d graph inputs, and in-place / out= variants write the functional result back into
 // their destination storages.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/WrapDimMinimal.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty.h>
@@ -12,12 +13,17 @@
 
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <unordered_map>
 
 #include "aten/fallback.h"
 #include "aten/lazy_tensor.h"
 #include "aten/lowered_kernel.h"
 #include "aten/op_signature.h"
+#include "aten/torch_errors.h"
+#include "graph/index_checks.h"
+#include "graph/metrics.h"
 #include "graph/executor.h"
 #include "lowering/lowering.h"
 
@@ -54,8 +60,12 @@ uint64_t HashTensor(uint64_t h, const at::Tensor& t) {
   return h;
 }
 
+// Hashes everything about an argument that can change the Meta kernel's result: dtypes, sizes,
+// strides, structural values, the *kind* of value scalars (never their value), and also the
+// arguments the trace ignores (memory_format decides the result's strides, layout and device
+// decide errors).
 uint64_t HashIValue(uint64_t h, const c10::IValue& iv, ArgRole role) {
-  if (role == ArgRole::kIgnored || role == ArgRole::kGenerator) return Mix(h, 0x1);
+  if (role == ArgRole::kGenerator) return Mix(h, 0x1);
   if (role == ArgRole::kScalarValue && !iv.isNone()) {
     // Only the kind of a value scalar can change result types, never its value.
     return Mix(h, iv.isDouble() ? 0x10 : iv.isInt() ? 0x11 : iv.isBool() ? 0x12 : 0x13);
@@ -252,24 +262,55 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
 }
 
 // Memoized meta results (null: the op has no meta result for these inputs, e.g. a data-dependent
-// shape). Bounded: cleared wholesale when it grows past the limit.
-const MetaResult* CachedMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  static auto* cache = new std::unordered_map<uint64_t, std::optional<MetaResult>>();
-  uint64_t key = Mix(0x6d657461, reinterpret_cast<uintptr_t>(&sig));
-  for (size_t i = 0; i < sig.num_args; ++i) key = HashIValue(key, args[i], sig.roles[i]);
-  auto it = cache->find(key);
-  if (it != cache->end()) return it->second ? &*it->second : nullptr;
-  std::optional<MetaResult> r;
-  try {
-    r = RunMeta(sig, args);
-  } catch (const std::exception&) {
-    // No shapes without running the op: data-dependent shapes (boolean masks), ops whose Meta
-    // kernel is missing, or invalid arguments. The CPU path computes the result, or raises the
-    // very error CPU eager raises for these arguments.
+// shape). The key covers the op, every argument (HashIValue) and the global state Meta kernels
+// read: the default dtype (Python floats and factories without dtype= take it). Bounded: cleared
+// wholesale when it grows past the limit. The lock is never held while a Meta kernel runs (some
+// are Python decompositions, which take the GIL).
+class MetaCache {
+ public:
+  using Entry = std::shared_ptr<const std::optional<MetaResult>>;
+
+  Entry Get(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+    uint64_t key = Key(sig, args);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = entries_.find(key);
+      if (it != entries_.end()) return it->second;
+    }
+    Entry computed = std::make_shared<const std::optional<MetaResult>>(Compute(sig, args));
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (entries_.size() > kMaxEntries) entries_.clear();  // callers keep their entries alive
+    return entries_.emplace(key, std::move(computed)).first->second;
   }
-  if (cache->size() > 200000) cache->clear();
-  const auto& stored = cache->emplace(key, std::move(r)).first->second;
-  return stored ? &*stored : nullptr;
+
+ private:
+  static constexpr size_t kMaxEntries = 200000;
+
+  static uint64_t Key(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+    uint64_t key = Mix(0x6d657461, reinterpret_cast<uintptr_t>(&sig));
+    key = Mix(key, static_cast<uint64_t>(c10::get_default_dtype_as_scalartype()));
+    for (size_t i = 0; i < sig.num_args; ++i) key = HashIValue(key, args[i], sig.roles[i]);
+    return key;
+  }
+
+  static std::optional<MetaResult> Compute(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+    try {
+      return RunMeta(sig, args);
+    } catch (const std::exception&) {
+      // No shapes without running the op: data-dependent shapes (boolean masks), ops whose Meta
+      // kernel is missing, or invalid arguments. The CPU path computes the result, or raises the
+      // very error CPU eager raises for these arguments.
+      return std::nullopt;
+    }
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, Entry> entries_;
+};
+
+MetaCache::Entry CachedMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  static auto* cache = new MetaCache();
+  return cache->Get(sig, args);
 }
 
 // ---------------------------------------------------------------- tracing
@@ -313,7 +354,7 @@ struct NodeBuilder {
   }
 
   Arg ListArg(ArgKind kind, const std::vector<int64_t>& items) {
-    Arg a{kind, static_cast<uint16_t>(pool.size()), static_cast<uint16_t>(items.size()), 0};
+    Arg a{kind, static_cast<uint32_t>(pool.size()), static_cast<uint32_t>(items.size()), 0};
     for (int64_t v : items) pool.push_back(v);
     return a;
   }
@@ -329,7 +370,7 @@ struct NodeBuilder {
       int64_t bits;
       std::memcpy(&bits, &im, 8);
       a.kind = ArgKind::kComplex;
-      a.start = static_cast<uint16_t>(pool.size());
+      a.start = static_cast<uint32_t>(pool.size());
       a.len = 1;
       pool.push_back(bits);
       return a;
@@ -439,11 +480,55 @@ bool HasMaskIndices(c10::ArrayRef<c10::IValue> args) {
   return false;
 }
 
+// An index input of the node being built and the range its values must lie in.
+struct IndexBound {
+  int input;
+  int64_t lo, hi;
+  std::string what;
+};
+
+// The index inputs of an op with index_checks (lowering table) and their bounds, from the
+// arguments as traced (`b`: which node input each tensor became) and as given (`args`: sizes).
+std::vector<IndexBound> IndexBounds(const OpSignature& sig, const NodeBuilder& b,
+                                    c10::ArrayRef<c10::IValue> args, const std::string& where) {
+  std::vector<IndexBound> bounds;
+  for (const lowering::IndexArgSpec& spec : sig.index_checks) {
+    const Arg& a = b.args[spec.indices];
+    auto add = [&](int input, int64_t dim) {
+      int64_t size;
+      if (spec.size_arg >= 0) {
+        size = args[spec.size_arg].toInt();
+      } else {
+        const at::Tensor& source = args[spec.source].toTensor();
+        if (spec.dim_arg >= 0) dim = c10::maybe_wrap_dim(args[spec.dim_arg].toInt(), source.dim());
+        size = source.dim() == 0 ? 1 : source.size(dim);
+      }
+      std::string what = "dimension " + std::to_string(dim) + " with size " + std::to_string(size) + " in " +
+                         sig.name + (where.empty() ? "" : ", traced at " + where);
+      bounds.push_back(IndexBound{input, spec.negative_wraps ? -size : 0, size, std::move(what)});
+    };
+    if (a.kind == ArgKind::kTensor) {
+      add(static_cast<int>(a.payload), 0);
+    } else if (a.kind == ArgKind::kTensorList) {
+      for (uint32_t k = 0; k < a.len; ++k) {
+        int64_t input = b.pool[a.start + k];
+        if (input >= 0) add(static_cast<int>(input), k);
+      }
+    }
+  }
+  return bounds;
+}
+
 class LoweredKernel final : public c10::OperatorKernel {
  public:
   explicit LoweredKernel(OpSignature sig) : sig_(std::move(sig)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    WithTorchErrors([&] { Trace(op, stack); });
+  }
+
+ private:
+  void Trace(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const OpSignature& sig = sig_;
     c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, sig.num_args);
     int device = FindDevice(sig, args);
@@ -451,13 +536,15 @@ class LoweredKernel final : public c10::OperatorKernel {
       RunCpuFallback(op, stack, "got boolean-mask indices, whose result depends on the data");
       return;
     }
-    const MetaResult* meta_ptr = CachedMeta(sig, args);
-    if (meta_ptr == nullptr) {
+    MetaCache::Entry meta_entry = CachedMeta(sig, args);
+    if (!*meta_entry) {
       RunCpuFallback(op, stack, "has no static result shape for these arguments (e.g. a boolean mask)");
       return;
     }
-    const MetaResult& meta = *meta_ptr;
+    const MetaResult& meta = **meta_entry;
 
+    // The Python line goes into index-check errors; found before locking (it runs Python).
+    std::string where = sig.index_checks.empty() ? std::string() : graph::SourceLocation();
     graph::GraphLock lock;
     NodeBuilder b{device, {}, {}, {}};
     for (size_t i = 0; i < sig.num_functional_args; ++i) {
@@ -505,10 +592,15 @@ class LoweredKernel final : public c10::OperatorKernel {
         out_types.push_back(graph::TensorType{ToElementType(t.scalar_type()), Dims(t.sizes().begin(), t.sizes().end())});
       }
     }
+    graph::Metrics::CountLoweredOp(sig.lowering);
+    std::vector<IndexBound> bounds = IndexBounds(sig, b, args, where);
     std::vector<graph::Value> values;
     if (!out_types.empty()) {
       values = graph::MakeOp(sig.lowering, device, b.inputs, std::move(b.args), std::move(b.pool),
                              std::move(out_types));
+      for (IndexBound& bound : bounds) {
+        graph::AddIndexCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, std::move(bound.what));
+      }
     }
     for (size_t k = 0; k < mutated.size(); ++k) {
       const at::Tensor& t = mutated[k];
@@ -562,7 +654,6 @@ class LoweredKernel final : public c10::OperatorKernel {
     if (graph::TraceTooLarge(device)) graph::SyncDevice(device, graph::SyncCause::kGraphTooLarge);
   }
 
- private:
   OpSignature sig_;
 };
 

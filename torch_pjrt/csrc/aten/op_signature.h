@@ -5,6 +5,8 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "lowering/lowering.h"
+
 #include <string>
 #include <vector>
 
@@ -41,6 +43,7 @@ struct OpSignature {
   size_t num_returns = 0;                   // of `functional`
   bool meta_runs_op = false;                // `op` is an out= op lowered directly (no functional)
   bool integer_indices_only = false;        // boolean index tensors take the CPU path
+  std::vector<lowering::IndexArgSpec> index_checks;  // index arguments checked against bounds
 
   OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional, c10::OperatorHandle meta)
       : op(std::move(op)), functional(std::move(functional)), meta(std::move(meta)) {}

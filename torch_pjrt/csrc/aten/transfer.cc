@@ -3,6 +3,8 @@
 #include <ATen/ops/empty.h>
 
 #include "aten/lazy_tensor.h"
+#include "aten/torch_errors.h"
+#include "graph/index_checks.h"
 #include "graph/metrics.h"
 #include "runtime/runtime.h"
 
@@ -30,13 +32,16 @@ at::Tensor Standalone(const at::Tensor& t) {
 }
 
 // The buffer holding the whole storage of `t` after syncing its device; null if never written.
+// Settles the device's index checks first (reading waits for the graph anyway), so a value
+// computed from an out-of-range index raises instead of being returned.
 std::shared_ptr<runtime::Buffer> MaterializedBuffer(const at::Tensor& t, graph::SyncCause cause) {
   graph::GraphLock lock;
   graph::LazyStorage* s = StorageOf(t);
   if (s->has_pending()) graph::SyncDevice(s->device(), cause);
-  if (!s->error().empty()) {
-    TORCH_CHECK(false, "pjrt: this tensor's value could not be computed: ", s->error());
-  }
+  DeferredErrorPtr failure = graph::ResolveIndexChecks(s->device());
+  if (s->error()) RaiseTorchError(*s->error());
+  if (s->has_buffer() && s->buffer()->poison()) RaiseTorchError(*s->buffer()->poison());
+  if (failure) RaiseTorchError(*failure);
   return s->buffer();
 }
 

@@ -22,6 +22,9 @@ struct CompiledGraph {
   std::vector<lowering::TensorType> arg_types;
   // Op sequence of the graph, kept only while compile logging is on (to explain later misses).
   std::string summary;
+  // Per index check of the graph (its last output packs them): the outputs computed from the op
+  // the check guards, poisoned if the check fails.
+  std::vector<std::vector<int>> check_dependents;
 };
 
 class CompileCache {

@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "graph/compile_cache.h"
+#include "graph/index_checks.h"
 #include "graph/metrics.h"
 #include "lowering/lowering.h"
 #include "runtime/runtime.h"
@@ -222,13 +224,17 @@ void ExplainCompile(uint64_t key, int device, SyncCause cause, const LoweredGrap
              ": `" + mine + "` where it had `" + theirs + "`";
     if (mine == theirs) reason = "same ops as cached graph " + Hex(near_key) + " but different inputs or outputs";
   }
-  std::string where = SourceLocationProvider() ? SourceLocationProvider()() : "";
-  std::cerr << "[torch_pjrt] " << (from_disk ? "loaded" : "compiled") << " graph " << Hex(key)
-            << " for pjrt:" << device << " (" << std::count(g.summary.begin(), g.summary.end(), '\n')
-            << " ops, " << g.arg_types.size() << " inputs, " << num_outputs << " outputs) in "
-            << compile_ms << " ms; sync cause: " << SyncCauseName(cause)
-            << (where.empty() ? "" : "; forced at " + where) << "\n  reason: " << reason
-            << std::endl;
+  std::ostringstream message;
+  message << "[torch_pjrt] " << (from_disk ? "loaded" : "compiled") << " graph " << Hex(key)
+          << " for pjrt:" << device << " (" << std::count(g.summary.begin(), g.summary.end(), '\n')
+          << " ops, " << g.arg_types.size() << " inputs, " << num_outputs << " outputs) in "
+          << compile_ms << " ms; sync cause: " << SyncCauseName(cause);
+  // Printed once the graph lock is released: finding the user's line runs Python.
+  RunOutsideGraphLock([text = message.str(), reason]() {
+    std::string where = SourceLocation();
+    std::cerr << text << (where.empty() ? "" : "; forced at " + where) << "\n  reason: " << reason
+              << std::endl;
+  });
 }
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
@@ -240,6 +246,7 @@ void ResetTrace(DeviceTrace& trace) {
     if (s) s->dirty_epoch = 0;
   }
   trace.dirty.clear();
+  trace.checks.clear();
   trace.params.clear();
   for (auto& b : trace.slot_bytes) b.clear();
   trace.slot_count.fill(0);
@@ -278,21 +285,53 @@ void SetSourceLocationProvider(std::function<std::string()> provider) {
   SourceLocationProvider() = std::move(provider);
 }
 
+std::string SourceLocation() {
+  // The provider takes the GIL: never with the graph lock held (see GraphLock).
+  if (GraphLockHeld() || !SourceLocationProvider()) return "";
+  try {
+    return SourceLocationProvider()();
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 namespace {
 
 // Identifies this build of the extension (path, size, mtime of the loaded library): graph keys
 // hash lowering-table positions and lowering code can change between builds, so executables
 // cached by another build must never be reused.
+// path:size:mtime of a file: two builds of a library with the same version strings differ here.
+std::string FileIdentity(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return path;
+  return path + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
 std::string BuildIdentity() {
   static const std::string identity = [] {
     Dl_info info;
     if (dladdr(reinterpret_cast<void*>(&BuildIdentity), &info) == 0 || info.dli_fname == nullptr) {
       return std::string("unknown");
     }
-    struct stat st;
-    if (stat(info.dli_fname, &st) != 0) return std::string(info.dli_fname);
-    return std::string(info.dli_fname) + ":" + std::to_string(st.st_size) + ":" +
-           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    return FileIdentity(info.dli_fname);
+  }();
+  return identity;
+}
+
+// The host CPU's model and feature flags: CPU plugins compile for the machine they run on (AVX-512
+// or not), and a cache directory can outlive the machine (a shared home, a container image). An
+// executable compiled elsewhere must never be loaded here.
+std::string HostCpuIdentity() {
+  static const std::string identity = [] {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line, model, flags;
+    while (std::getline(cpuinfo, line) && (model.empty() || flags.empty())) {
+      auto value = [&] { return line.substr(line.find(':') == std::string::npos ? line.size() : line.find(':') + 1); };
+      if (model.empty() && line.rfind("model name", 0) == 0) model = value();
+      if (flags.empty() && (line.rfind("flags", 0) == 0 || line.rfind("Features", 0) == 0)) flags = value();
+    }
+    return model + "|" + Hex(std::hash<std::string>()(flags));
   }();
   return identity;
 }
@@ -301,143 +340,263 @@ std::string BuildIdentity() {
 
 std::string PluginFingerprint() {
   auto client = runtime::GetClient();
-  std::string fp = "torch_pjrt=" TORCH_PJRT_VERSION ";build=" + BuildIdentity() + ";plugin=" + client->plugin().name() +
+  std::string fp = "torch_pjrt=" TORCH_PJRT_VERSION ";build=" + BuildIdentity() + ";plugin=" + client->plugin().name() + ";library=" + FileIdentity(client->plugin().path()) +
                    ";platform=" + client->platform_name() + " " + client->platform_version() +
                    ";api=" + std::to_string(client->plugin().api_major()) + "." +
                    std::to_string(client->plugin().api_minor()) + ";kind=" + client->device_kind();
   for (const auto& [k, v] : client->plugin().attributes()) fp += ";" + k + "=" + v;
   // The sub-plugin's capabilities change the lowering (precision attributes, one-hot gathers).
   for (const auto& [k, v] : runtime::ActiveCapabilities()) fp += ";cap." + k + "=" + v;
+  fp += ";host=" + HostCpuIdentity();
   // XLA flags change the generated code of XLA-based plugins.
   if (const char* flags = std::getenv("XLA_FLAGS")) fp += std::string(";XLA_FLAGS=") + flags;
   return fp;
 }
 
+namespace {
+
+// What one sync computes: the storages written since the last sync and their new values, plus
+// (last, when the trace has index checks) the packed check results.
+struct PendingGraph {
+  std::vector<LazyStorage*> targets;
+  std::vector<Value> outputs;
+  bool has_checks = false;
+  std::vector<std::pair<int, int>> donations;  // (parameter, output)
+};
+
+PendingGraph CollectTargets(const DeviceTrace& trace) {
+  PendingGraph g;
+  for (LazyStorage* s : trace.dirty) {
+    if (s != nullptr && s->has_pending()) {
+      g.targets.push_back(s);
+      g.outputs.push_back(s->pending());
+    }
+  }
+  return g;
+}
+
+// The first poisoned buffer `v` reads (through any chain of ops), or null.
+DeferredErrorPtr PoisonReadBy(const Value& v, std::unordered_map<const Node*, DeferredErrorPtr>* memo) {
+  std::vector<std::pair<const Node*, bool>> stack{{v.node.get(), false}};
+  while (!stack.empty()) {
+    auto [n, inputs_done] = stack.back();
+    stack.pop_back();
+    if (memo->count(n)) continue;
+    if (!inputs_done) {
+      stack.push_back({n, true});
+      for (const Input& in : n->inputs) {
+        if (!memo->count(in.node)) stack.push_back({in.node, false});
+      }
+      continue;
+    }
+    DeferredErrorPtr found = n->kind == NodeKind::kParam && n->buffer ? n->buffer->poison() : nullptr;
+    for (const Input& in : n->inputs) {
+      if (!found) found = memo->at(in.node);
+    }
+    memo->emplace(n, found);
+  }
+  return memo->at(v.node.get());
+}
+
+// Targets whose new value was traced from a buffer poisoned after the trace read it (an index
+// check of an earlier graph failed meanwhile) get that error instead of a value.
+void DropTargetsReadingPoison(PendingGraph* g) {
+  std::unordered_map<const Node*, DeferredErrorPtr> memo;
+  PendingGraph kept;
+  for (size_t o = 0; o < g->targets.size(); ++o) {
+    if (DeferredErrorPtr poison = PoisonReadBy(g->outputs[o], &memo)) {
+      g->targets[o]->SetError(poison);
+    } else {
+      kept.targets.push_back(g->targets[o]);
+      kept.outputs.push_back(g->outputs[o]);
+    }
+  }
+  *g = std::move(kept);
+}
+
+// Donation: when a storage read its old buffer in this trace and now gets a new value, the old
+// buffer (if nothing else holds it) becomes the new value's memory. Updates in place keep a
+// parameter at one address across steps, which also lets the plugin's matmul libraries reuse
+// their packed copies of weights (docs/design.md has the measurements).
+std::vector<std::pair<int, int>> Donations(const DeviceTrace& trace, const PendingGraph& g) {
+  std::vector<std::pair<int, int>> donations;
+  for (size_t o = 0; o < g.targets.size(); ++o) {
+    const LazyStorage* s = g.targets[o];
+    const Node* param = s->param_node;
+    if (s->param_epoch != trace.epoch || param == nullptr) continue;
+    if (param->buffer.use_count() != 1 || !(param->out0 == g.outputs[o].type())) continue;
+    donations.push_back({param->index, static_cast<int>(o)});
+  }
+  return donations;
+}
+
+// The graph's identity: output node hashes (which cover every op, attribute and input type
+// below them), parameter types, value-scalar counts per dtype and the donation pairs. Everything
+// else that shapes the program is fixed for the process (the plugin's capabilities) or part of
+// the disk-cache fingerprint (docs/design.md, "Cache keys").
+uint64_t GraphKey(const DeviceTrace& trace, const PendingGraph& g) {
+  uint64_t key = 0x67726170ull;
+  for (const Value& v : g.outputs) key = HashMix(HashMix(key, v.node->hash), v.index);
+  key = HashMix(key, 0x706172ull);
+  for (const NodeRef& p : trace.params) key = HashType(key, p->out0);
+  for (size_t k = 0; k < kNumElementTypes; ++k) key = HashMix(key, static_cast<uint64_t>(trace.slot_count[k]));
+  for (const auto& [p, o] : g.donations) {
+    key = HashMix(HashMix(key, static_cast<uint64_t>(p)), static_cast<uint64_t>(o));
+  }
+  return key;
+}
+
+// Lowers and compiles (or loads from disk) the graph of a memory-cache miss.
+std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause cause,
+                                            const DeviceTrace& trace, const PendingGraph& pending) {
+  CompileCache& cache = CompileCache::Get();
+  auto t0 = std::chrono::steady_clock::now();
+  LoweredGraph g;
+  {
+    ScopedTimer timer(Timer::kLowering);
+    g = LowerTrace(trace, pending.outputs, pending.donations, Debug().log_compiles);
+    Metrics::Increment(Counter::kGraphsLowered);
+  }
+  WriteDump(key, g.text);
+  auto client = runtime::GetClient();
+  std::string fingerprint = PluginFingerprint();
+  auto compiled = std::make_shared<CompiledGraph>();
+  compiled->arg_types = g.arg_types;
+  compiled->summary = g.summary;
+  if (pending.has_checks) {
+    std::vector<Value> targets(pending.outputs.begin(), pending.outputs.end() - 1);
+    compiled->check_dependents = CheckDependents(trace.checks, targets);
+  }
+  compiled->executable = cache.LoadFromDisk(key, fingerprint, client);
+  bool from_disk = static_cast<bool>(compiled->executable);
+  if (from_disk) {
+    Metrics::Increment(Counter::kCacheHitsDisk);
+  } else {
+    ScopedTimer timer(Timer::kCompile);
+    compiled->executable = runtime::Executable::Compile(client, g.text);
+    Metrics::Increment(Counter::kGraphsCompiled);
+    ReleaseFreedHeap();
+    cache.StoreToDisk(key, fingerprint, *compiled->executable);
+  }
+  if (Debug().log_compiles) ExplainCompile(key, device, cause, g, pending.outputs.size(), MsSince(t0), from_disk);
+  if (compiled->executable->num_outputs() != pending.outputs.size()) {
+    throw std::logic_error("pjrt: compiled graph has " + std::to_string(compiled->executable->num_outputs()) +
+                           " outputs, expected " + std::to_string(pending.outputs.size()));
+  }
+  return compiled;
+}
+
+// The execution's arguments: parameter buffers, then one array of value scalars per dtype, each
+// checked against what the program was compiled for (PJRT's Execute does not check).
+std::vector<PJRT_Buffer*> Arguments(int device, const DeviceTrace& trace, const CompiledGraph& compiled,
+                                    std::vector<std::shared_ptr<runtime::Buffer>>* keep_alive) {
+  auto client = runtime::GetClient();
+  std::vector<PJRT_Buffer*> args;
+  args.reserve(compiled.arg_types.size());
+  for (const NodeRef& p : trace.params) args.push_back(p->buffer->raw());
+  for (size_t k = 0; k < kNumElementTypes; ++k) {
+    if (trace.slot_count[k] == 0) continue;
+    std::vector<int64_t> dims{trace.slot_count[k]};
+    keep_alive->push_back(runtime::Buffer::FromHost(client, device, static_cast<ElementType>(k), dims,
+                                                    trace.slot_bytes[k].data()));
+    args.push_back(keep_alive->back()->raw());
+  }
+  if (args.size() != compiled.arg_types.size()) {
+    throw std::logic_error("pjrt: graph takes " + std::to_string(compiled.arg_types.size()) +
+                           " arguments, trace supplies " + std::to_string(args.size()));
+  }
+  for (size_t i = 0; i < trace.params.size(); ++i) {
+    const runtime::Buffer& b = *trace.params[i]->buffer;
+    const TensorType& want = compiled.arg_types[i];
+    if (b.donated() || b.type() != want.dtype ||
+        !std::equal(b.dims().begin(), b.dims().end(), want.dims.begin(), want.dims.end())) {
+      throw std::logic_error("pjrt: argument " + std::to_string(i) + " is " + TypeName(b.type()) +
+                             " but the program expects " + lowering::TypeString(want) +
+                             (b.donated() ? " (buffer was donated)" : ""));
+    }
+    if (b.device() != device) {
+      throw std::runtime_error("pjrt: graph for pjrt:" + std::to_string(device) + " reads a buffer on pjrt:" +
+                               std::to_string(b.device()));
+    }
+  }
+  return args;
+}
+
+// After launch (nothing here throws): donated buffers are marked, targets get their buffers, and
+// the index checks are left to be read at the next sync point.
+void Publish(int device, const DeviceTrace& trace, const PendingGraph& g, const CompiledGraph& compiled,
+             std::vector<std::shared_ptr<runtime::Buffer>> results) {
+  for (const auto& [p, o] : g.donations) {
+    trace.params[p]->buffer->MarkDonated();
+    Metrics::Increment(Counter::kDonatedBuffers);
+  }
+  if (g.has_checks) {
+    std::vector<std::string> whats;
+    std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents;
+    for (size_t k = 0; k < trace.checks.size(); ++k) {
+      whats.push_back(trace.checks[k].what);
+      dependents.emplace_back();
+      for (int o : compiled.check_dependents[k]) dependents.back().push_back(results[o]);
+    }
+    ExpectIndexChecks(device, results.back(), std::move(whats), std::move(dependents));
+  }
+  for (size_t i = 0; i < g.targets.size(); ++i) g.targets[i]->SetBuffer(std::move(results[i]));
+}
+
+// Compiles (or finds) and launches the graph computing `g`.
+void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGraph& g) {
+  if (!trace.checks.empty()) {
+    g.outputs.push_back(PackIndexChecks(device, trace.checks));
+    g.has_checks = true;
+  }
+  g.donations = Donations(trace, g);
+  uint64_t key = GraphKey(trace, g);
+  CompileCache& cache = CompileCache::Get();
+  std::shared_ptr<CompiledGraph> compiled = cache.Find(key);
+  if (compiled) {
+    Metrics::Increment(Counter::kCacheHitsMemory);
+  } else {
+    compiled = CompileGraph(key, device, cause, trace, g);
+    cache.Insert(key, compiled);
+  }
+  std::vector<std::shared_ptr<runtime::Buffer>> slot_buffers;
+  std::vector<PJRT_Buffer*> args = Arguments(device, trace, *compiled, &slot_buffers);
+  std::vector<std::shared_ptr<runtime::Buffer>> results;
+  {
+    ScopedTimer timer(Timer::kExecute);
+    results = compiled->executable->Execute(args, device);
+  }
+  Metrics::Increment(Counter::kExecutions);
+  Publish(device, trace, g, *compiled, std::move(results));
+}
+
+}  // namespace
+
 void SyncDevice(int device, SyncCause cause) {
   GraphLock lock;
   if (device >= NumTracedDevices()) return;
   DeviceTrace& trace = Trace(device);
-  std::vector<LazyStorage*> targets;
-  std::vector<Value> outputs;
-  for (LazyStorage* s : trace.dirty) {
-    if (s != nullptr && s->has_pending()) {
-      targets.push_back(s);
-      outputs.push_back(s->pending());
+  // Earlier graphs' index checks are settled before this graph runs, so nothing computed from an
+  // out-of-range index is used silently; the failure is raised below, at this sync point.
+  DeferredErrorPtr failure = ResolveIndexChecks(device);
+  PendingGraph g = CollectTargets(trace);
+  if (failure) DropTargetsReadingPoison(&g);
+  if (!g.outputs.empty()) {
+    ScopedTimer sync_timer(Timer::kSync);
+    Metrics::IncrementNamed(std::string("Sync::") + SyncCauseName(cause));
+    try {
+      RunGraph(device, cause, trace, g);
+    } catch (const std::exception& e) {
+      // Storages that were to be computed by this graph now report the error when read.
+      auto* device_error = dynamic_cast<const DeviceError*>(&e);
+      auto error = MakeDeferredError(device_error ? device_error->kind() : ErrorKind::kRuntime, e.what());
+      for (LazyStorage* s : g.targets) s->SetError(error);
+      ResetTrace(trace);
+      throw;
     }
-  }
-  if (outputs.empty()) {
-    ResetTrace(trace);
-    return;
-  }
-  ScopedTimer sync_timer(Timer::kSync);
-  Metrics::IncrementNamed(std::string("Sync::") + SyncCauseName(cause));
-  try {
-    // Donation: when a storage read its old buffer in this trace and now gets a new value, the
-    // old buffer (if nothing else holds it) becomes the new value's memory. Updates in place keep
-    // a parameter at one address across steps, which also lets the plugin's matmul libraries
-    // reuse their packed copies of weights (docs/design.md has the measurements).
-    std::vector<std::pair<int, int>> donations;
-    for (size_t o = 0; o < targets.size(); ++o) {
-      const LazyStorage* s = targets[o];
-      const Node* param = s->param_node;
-      if (s->param_epoch != trace.epoch || param == nullptr) continue;
-      if (param->buffer.use_count() != 1 || !(param->out0 == outputs[o].type())) continue;
-      donations.push_back({param->index, static_cast<int>(o)});
-    }
-    uint64_t key = 0x67726170ull;
-    for (const Value& v : outputs) key = HashMix(HashMix(key, v.node->hash), v.index);
-    key = HashMix(key, 0x706172ull);
-    for (const NodeRef& p : trace.params) key = HashType(key, p->out0);
-    for (size_t k = 0; k < kNumElementTypes; ++k) key = HashMix(key, static_cast<uint64_t>(trace.slot_count[k]));
-    for (const auto& [p, o] : donations) key = HashMix(HashMix(key, static_cast<uint64_t>(p)), static_cast<uint64_t>(o));
-
-    CompileCache& cache = CompileCache::Get();
-    std::shared_ptr<CompiledGraph> compiled = cache.Find(key);
-    if (compiled) {
-      Metrics::Increment(Counter::kCacheHitsMemory);
-    } else {
-      auto t0 = std::chrono::steady_clock::now();
-      LoweredGraph g;
-      {
-        ScopedTimer timer(Timer::kLowering);
-        g = LowerTrace(trace, outputs, donations, Debug().log_compiles);
-        Metrics::Increment(Counter::kGraphsLowered);
-      }
-      WriteDump(key, g.text);
-      auto client = runtime::GetClient();
-      std::string fingerprint = PluginFingerprint();
-      compiled = std::make_shared<CompiledGraph>();
-      compiled->arg_types = g.arg_types;
-      compiled->summary = g.summary;
-      compiled->executable = cache.LoadFromDisk(key, fingerprint, client);
-      bool from_disk = static_cast<bool>(compiled->executable);
-      if (from_disk) {
-        Metrics::Increment(Counter::kCacheHitsDisk);
-      } else {
-        ScopedTimer timer(Timer::kCompile);
-        compiled->executable = runtime::Executable::Compile(client, g.text);
-        Metrics::Increment(Counter::kGraphsCompiled);
-        ReleaseFreedHeap();
-        cache.StoreToDisk(key, fingerprint, *compiled->executable);
-      }
-      if (Debug().log_compiles) ExplainCompile(key, device, cause, g, outputs.size(), MsSince(t0), from_disk);
-      if (compiled->executable->num_outputs() != outputs.size()) {
-        throw std::logic_error("pjrt: compiled graph has " +
-                               std::to_string(compiled->executable->num_outputs()) +
-                               " outputs, expected " + std::to_string(outputs.size()));
-      }
-      cache.Insert(key, compiled);
-    }
-
-    // Arguments, checked against what the program was compiled for.
-    auto client = runtime::GetClient();
-    std::vector<std::shared_ptr<runtime::Buffer>> slot_buffers;
-    std::vector<PJRT_Buffer*> args;
-    args.reserve(compiled->arg_types.size());
-    for (const NodeRef& p : trace.params) args.push_back(p->buffer->raw());
-    for (size_t k = 0; k < kNumElementTypes; ++k) {
-      if (trace.slot_count[k] == 0) continue;
-      std::vector<int64_t> dims{trace.slot_count[k]};
-      slot_buffers.push_back(runtime::Buffer::FromHost(client, device, static_cast<ElementType>(k), dims,
-                                                       trace.slot_bytes[k].data()));
-      args.push_back(slot_buffers.back()->raw());
-    }
-    if (args.size() != compiled->arg_types.size()) {
-      throw std::logic_error("pjrt: graph takes " + std::to_string(compiled->arg_types.size()) +
-                             " arguments, trace supplies " + std::to_string(args.size()));
-    }
-    for (size_t i = 0; i < trace.params.size(); ++i) {
-      const runtime::Buffer& b = *trace.params[i]->buffer;
-      const TensorType& want = compiled->arg_types[i];
-      if (b.donated() || b.type() != want.dtype ||
-          !std::equal(b.dims().begin(), b.dims().end(), want.dims.begin(), want.dims.end())) {
-        throw std::logic_error("pjrt: argument " + std::to_string(i) + " is " +
-                               TypeName(b.type()) + " but the program expects " +
-                               lowering::TypeString(want) + (b.donated() ? " (buffer was donated)" : ""));
-      }
-      if (b.device() != device) {
-        throw std::runtime_error("pjrt: graph for pjrt:" + std::to_string(device) +
-                                 " reads a buffer on pjrt:" + std::to_string(b.device()));
-      }
-    }
-    std::vector<std::shared_ptr<runtime::Buffer>> results;
-    {
-      ScopedTimer timer(Timer::kExecute);
-      results = compiled->executable->Execute(args, device);
-    }
-    Metrics::Increment(Counter::kExecutions);
-    for (const auto& [p, o] : donations) {
-      trace.params[p]->buffer->MarkDonated();
-      Metrics::Increment(Counter::kDonatedBuffers);
-    }
-    for (size_t i = 0; i < targets.size(); ++i) targets[i]->SetBuffer(std::move(results[i]));
-  } catch (const std::exception& e) {
-    // Storages that were to be computed by this graph now report the error when read.
-    for (LazyStorage* s : targets) s->SetError(e.what());
-    ResetTrace(trace);
-    throw;
   }
   ResetTrace(trace);
+  if (failure) throw DeviceError(*failure);
 }
 
 void SyncAllDevices(SyncCause cause) {
@@ -448,6 +607,8 @@ void SyncAllDevices(SyncCause cause) {
 void WaitDevice(int device) {
   auto client = runtime::PeekClient();
   if (client) runtime::WaitForExecutions(*client, device);
+  GraphLock lock;
+  if (DeferredErrorPtr failure = ResolveIndexChecks(device)) throw DeviceError(*failure);
 }
 
 bool DeviceIdle(int device) {

@@ -37,8 +37,11 @@ struct DebugOptions {
   std::string dump_dir;       // TORCH_PJRT_DUMP_DIR=<dir>: write each compiled graph's StableHLO
 };
 DebugOptions& Debug();
-// Returns "file:line in function" of the user code that forced the current sync (set by Python).
+// Returns "file:line in function" of the innermost user (non-torch) Python frame (set by Python).
 void SetSourceLocationProvider(std::function<std::string()> provider);
+// That location for the calling thread; empty when it has no Python frames or holds the graph
+// lock (finding it runs Python).
+std::string SourceLocation();
 
 // A string identifying the plugin, its platform version and this package's version: part of
 // every disk-cache key.

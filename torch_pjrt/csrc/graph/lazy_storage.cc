@@ -53,26 +53,26 @@ LazyStorage::~LazyStorage() {
 void LazyStorage::SetBuffer(std::shared_ptr<runtime::Buffer> buffer) {
   buffer_ = std::move(buffer);
   pending_ = Value();
-  error_.clear();
+  error_.reset();
 }
 
 void LazyStorage::SetPending(Value v) {
   pending_ = std::move(v);
   buffer_.reset();
-  error_.clear();
+  error_.reset();
   MarkDirty(this);
 }
 
-void LazyStorage::SetError(std::string message) {
+void LazyStorage::SetError(DeferredErrorPtr error) {
   pending_ = Value();
   buffer_.reset();
-  error_ = std::move(message);
+  error_ = std::move(error);
 }
 
 void LazyStorage::Clear() {
   pending_ = Value();
   buffer_.reset();
-  error_.clear();
+  error_.reset();
 }
 
 int64_t LazyStorage::LiveCount() {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "common/errors.h"
 #include "graph/node.h"
 
 namespace torch_pjrt::graph {
@@ -38,11 +39,11 @@ class LazyStorage {
   const std::shared_ptr<runtime::Buffer>& buffer() const { return buffer_; }
   const Value& pending() const { return pending_; }
   // Set when the graph that was to compute this storage failed; reads rethrow it.
-  const std::string& error() const { return error_; }
+  const DeferredErrorPtr& error() const { return error_; }
 
   void SetBuffer(std::shared_ptr<runtime::Buffer> buffer);
   void SetPending(Value v);
-  void SetError(std::string message);
+  void SetError(DeferredErrorPtr error);
   void Clear();  // back to "never written"
 
   // Bookkeeping owned by the trace (see trace.cc): the param node that reads our buffer in the
@@ -66,7 +67,7 @@ class LazyStorage {
   uint64_t id_;
   std::shared_ptr<runtime::Buffer> buffer_;
   Value pending_;
-  std::string error_;
+  DeferredErrorPtr error_;
   LazyStorage* prev_ = nullptr;
   LazyStorage* next_ = nullptr;
   static LazyStorage* head_;

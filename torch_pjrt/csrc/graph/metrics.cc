@@ -4,18 +4,22 @@
 #include <atomic>
 #include <mutex>
 
+#include "lowering/lowering.h"
+
 namespace torch_pjrt::graph {
 
 namespace {
 
 constexpr int kCounters = static_cast<int>(Counter::kNumCounters);
 constexpr int kTimers = static_cast<int>(Timer::kNumTimers);
+constexpr int kMaxLoweredOps = 4096;
 
 struct State {
   std::array<std::atomic<int64_t>, kCounters> counters{};
   std::mutex mutex;  // guards everything below
   std::array<TimerStats, kTimers> timers{};
   std::map<std::string, int64_t> named;
+  std::array<std::atomic<int64_t>, kMaxLoweredOps> lowered{};
 };
 
 State& state() {
@@ -69,6 +73,10 @@ void Metrics::IncrementNamed(const std::string& name, int64_t by) {
   s.named[name] += by;
 }
 
+void Metrics::CountLoweredOp(int index) {
+  if (index >= 0 && index < kMaxLoweredOps) state().lowered[index].fetch_add(1, std::memory_order_relaxed);
+}
+
 void Metrics::AddTime(Timer t, int64_t ns) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -88,6 +96,10 @@ std::map<std::string, int64_t> Metrics::Counters() {
   State& s = state();
   std::map<std::string, int64_t> out;
   for (int i = 0; i < kCounters; ++i) out[Name(static_cast<Counter>(i))] = s.counters[i].load();
+  const auto& table = lowering::Table();
+  for (size_t i = 0; i < table.size() && i < kMaxLoweredOps; ++i) {
+    if (int64_t n = s.lowered[i].load()) out["Lowered::" + table[i].schema] = n;
+  }
   std::lock_guard<std::mutex> lock(s.mutex);
   for (const auto& kv : s.named) out[kv.first] = kv.second;
   return out;
@@ -104,6 +116,7 @@ std::map<std::string, TimerStats> Metrics::Timers() {
 void Metrics::Reset() {
   State& s = state();
   for (auto& c : s.counters) c.store(0);
+  for (auto& c : s.lowered) c.store(0);
   std::lock_guard<std::mutex> lock(s.mutex);
   s.timers = {};
   s.named.clear();

@@ -1,6 +1,6 @@
 // Counters and timers behind torch.pjrt.metrics: what was compiled, cached, executed, transferred,
 // which ops fell back to the CPU and what forced each sync. Hot-path counters are fixed slots;
-// per-op and per-cause counters are named.
+// per-op and per-cause counters are named; natively traced ops count per lowering-table entry.
 #pragma once
 
 #include <chrono>
@@ -49,6 +49,9 @@ class Metrics {
   static void Increment(Counter c, int64_t by = 1);
   static int64_t Get(Counter c);
   static void IncrementNamed(const std::string& name, int64_t by = 1);
+  // An op traced natively through lowering-table entry `index` (reported as
+  // "Lowered::<schema>"): tests check it to know the native path ran, not a fallback.
+  static void CountLoweredOp(int index);
   static void AddTime(Timer t, int64_t ns);
   static TimerStats GetTimer(Timer t);
   static const char* Name(Counter c);

@@ -37,7 +37,7 @@ NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList
   Node* n = new Node();
   ++g_live_nodes;
   n->kind = NodeKind::kOp;
-  n->op = static_cast<int16_t>(op);
+  n->op = op;
   n->device = device;
   uint64_t h = HashMix(0x6f70ull, static_cast<uint64_t>(op));
   for (const Value& v : inputs) {
@@ -46,15 +46,14 @@ NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList
     h = HashMix(HashMix(h, v.node->hash), v.index);
   }
   for (const Arg& a : args) {
-    h = HashMix(h, static_cast<uint64_t>(a.kind) | (static_cast<uint64_t>(a.start) << 8) |
-                       (static_cast<uint64_t>(a.len) << 24));
-    h = HashMix(h, static_cast<uint64_t>(a.payload));
+    h = HashMix(h, static_cast<uint64_t>(a.kind) | (static_cast<uint64_t>(a.start) << 8));
+    h = HashMix(HashMix(h, a.len), static_cast<uint64_t>(a.payload));
   }
   for (int64_t p : pool) h = HashMix(h, static_cast<uint64_t>(p));
-  // Output types follow from op, args and input types, except for ops without inputs.
-  if (inputs.empty()) {
-    for (const TensorType& t : outputs) h = HashType(h, t);
-  }
+  // Output types: op, args and input types determine them in theory, but they come from torch's
+  // Meta kernels, which also read global state (the default dtype for Python-number promotion),
+  // and the lowering converts its result to them. Two nodes are the same only if they agree.
+  for (const TensorType& t : outputs) h = HashType(h, t);
   n->hash = h;
   n->args = std::move(args);
   n->pool = std::move(pool);

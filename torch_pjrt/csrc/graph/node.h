@@ -85,7 +85,7 @@ struct Input {
 struct Node {
   uint32_t refs = 0;
   NodeKind kind = NodeKind::kOp;
-  int16_t op = -1;  // lowering table index, for kOp
+  int32_t op = -1;  // lowering table index, for kOp
   int32_t device = 0;
   uint64_t hash = 0;
   SmallVec<Input, 4> inputs;

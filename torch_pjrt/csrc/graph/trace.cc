@@ -42,10 +42,10 @@ bool DensePermutation(const Dims& sizes, const Dims& strides, Dims* perm) {
 
 ArgPool ViewPool(const TensorView& view, Arg* sizes, Arg* strides) {
   ArgPool pool;
-  *sizes = Arg{ArgKind::kIntList, 0, static_cast<uint16_t>(view.sizes.size()), 0};
+  *sizes = Arg{ArgKind::kIntList, 0, static_cast<uint32_t>(view.sizes.size()), 0};
   for (int64_t d : view.sizes) pool.push_back(d);
-  *strides = Arg{ArgKind::kIntList, static_cast<uint16_t>(pool.size()),
-                 static_cast<uint16_t>(view.strides.size()), 0};
+  *strides = Arg{ArgKind::kIntList, static_cast<uint32_t>(pool.size()),
+                 static_cast<uint32_t>(view.strides.size()), 0};
   for (int64_t d : view.strides) pool.push_back(d);
   return pool;
 }
@@ -55,6 +55,58 @@ ArgPool ViewPool(const TensorView& view, Arg* sizes, Arg* strides) {
 std::recursive_mutex& GraphMutex() {
   static auto* m = new std::recursive_mutex();
   return *m;
+}
+
+namespace {
+thread_local int t_lock_depth = 0;
+thread_local std::vector<std::function<void()>>* t_deferred = nullptr;
+
+void RunDeferred() {
+  while (t_deferred != nullptr && !t_deferred->empty()) {
+    std::vector<std::function<void()>> work = std::move(*t_deferred);
+    t_deferred->clear();
+    for (auto& fn : work) {
+      try {
+        fn();
+      } catch (...) {
+      }
+    }
+  }
+}
+}  // namespace
+
+static BlockingHook g_blocking_hook = nullptr;
+
+GraphLock::GraphLock() : lock_(GraphMutex(), std::try_to_lock) {
+  if (!lock_.owns_lock()) {
+    if (g_blocking_hook != nullptr) {
+      g_blocking_hook([this] { lock_.lock(); });
+    } else {
+      lock_.lock();
+    }
+  }
+  ++t_lock_depth;
+}
+
+void SetBlockingHook(BlockingHook hook) { g_blocking_hook = hook; }
+
+GraphLock::~GraphLock() {
+  lock_.unlock();
+  if (--t_lock_depth == 0) RunDeferred();
+}
+
+bool GraphLockHeld() { return t_lock_depth > 0; }
+
+void RunOutsideGraphLock(std::function<void()> fn) {
+  if (t_lock_depth == 0) {
+    try {
+      fn();
+    } catch (...) {
+    }
+    return;
+  }
+  if (t_deferred == nullptr) t_deferred = new std::vector<std::function<void()>>();
+  t_deferred->push_back(std::move(fn));
 }
 
 DeviceTrace& Trace(int device) {
@@ -83,12 +135,11 @@ int InternalOp(const char* name) {
 }
 
 Value StorageValue(LazyStorage* s, ElementType dtype) {
-  if (!s->error().empty()) {
-    throw std::runtime_error("pjrt: this tensor's value could not be computed earlier: " + s->error());
-  }
+  if (s->error()) throw DeviceError(*s->error());
   if (s->has_pending()) return s->pending();
   DeviceTrace& trace = Trace(s->device());
   if (s->has_buffer()) {
+    if (s->buffer()->poison()) throw DeviceError(*s->buffer()->poison());
     if (s->param_epoch == trace.epoch && s->param_node != nullptr &&
         s->param_node->buffer == s->buffer()) {
       return Value{NodeRef(s->param_node), 0};
@@ -151,7 +202,7 @@ void WriteTensor(LazyStorage* s, const TensorView& view, Value v) {
     TensorType t{view.dtype, {}};
     for (int64_t p : perm) t.dims.push_back(view.sizes[p]);
     ArgPool pool(perm.begin(), perm.end());
-    ArgList args{Arg::Tensor(0), Arg{ArgKind::kIntList, 0, static_cast<uint16_t>(perm.size()), 0}};
+    ArgList args{Arg::Tensor(0), Arg{ArgKind::kIntList, 0, static_cast<uint32_t>(perm.size()), 0}};
     s->SetPending(MakeOp(permute, s->device(), {v}, std::move(args), std::move(pool), {t})[0]);
     return;
   }

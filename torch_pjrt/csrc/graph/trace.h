@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -14,19 +15,47 @@ namespace torch_pjrt::graph {
 
 // All graph state (nodes, storages, traces, caches) is guarded by one recursive lock. Recursive
 // because storage destructors can run while we already hold it.
+//
+// Lock order (docs/design.md, "Concurrency"): the graph lock and the GIL can be wanted in either
+// order: Python frees tensors (whose storages take the graph lock) holding the GIL, and torch
+// takes the GIL when code under the graph lock copies or drops a Tensor that has a Python object.
+// So a thread that finds the graph lock taken waits through the blocking hook, which releases
+// the GIL while it waits (set by the Python module). Work that calls Python on purpose is queued
+// with RunOutsideGraphLock and runs when this thread's outermost GraphLock is released.
 std::recursive_mutex& GraphMutex();
 class GraphLock {
  public:
-  GraphLock() : lock_(GraphMutex()) {}
+  GraphLock();
+  ~GraphLock();
+  GraphLock(const GraphLock&) = delete;
+  GraphLock& operator=(const GraphLock&) = delete;
 
  private:
   std::unique_lock<std::recursive_mutex> lock_;
 };
+// How a thread waits for a contended lock: `wait` blocks; the hook may release the GIL around it.
+using BlockingHook = void (*)(const std::function<void()>& wait);
+void SetBlockingHook(BlockingHook hook);
+// Whether this thread holds the graph lock.
+bool GraphLockHeld();
+// Runs `fn` now if this thread holds no graph lock, else as soon as it releases the last one.
+// Exceptions from `fn` are swallowed (it is for diagnostics).
+void RunOutsideGraphLock(std::function<void()> fn);
 
 constexpr size_t kNumElementTypes = static_cast<size_t>(ElementType::kNumTypes);
 
+// An index tensor read by an op of this trace, to be checked against [lo, hi) when the graph
+// runs (design: "Index bounds").
+struct IndexCheck {
+  Value indices;   // the index values
+  Value consumer;  // an output of the op that used them: what an out-of-range index spoils
+  int64_t lo = 0, hi = 0;
+  std::string what;  // "dimension 0 with size 5 in aten::index_select, traced at f.py:3 in g"
+};
+
 struct DeviceTrace {
   uint64_t epoch = 1;
+  std::vector<IndexCheck> checks;
   std::vector<NodeRef> params;                        // program parameters, in first-read order
   std::array<std::string, kNumElementTypes> slot_bytes;  // packed value scalars, per dtype
   std::array<int32_t, kNumElementTypes> slot_count{};

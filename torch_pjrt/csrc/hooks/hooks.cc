@@ -14,6 +14,7 @@
 #include <set>
 
 #include "aten/lazy_tensor.h"
+#include "aten/torch_errors.h"
 #include "aten/transfer.h"
 #include "graph/executor.h"
 #include "hooks/generator.h"
@@ -83,8 +84,10 @@ struct PjrtGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       e = new PjrtEvent{device, {}, false};
       *event = e;
     }
-    graph::SyncDevice(device, graph::SyncCause::kEvent);
-    graph::WaitDevice(device);
+    aten::WithTorchErrors([&] {
+      graph::SyncDevice(device, graph::SyncCause::kEvent);
+      graph::WaitDevice(device);
+    });
     e->recorded_at = std::chrono::steady_clock::now();
     e->recorded = true;
   }
@@ -98,7 +101,7 @@ struct PjrtGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeEvent(void* event) const override {
     auto* e = static_cast<PjrtEvent*>(event);
-    if (e != nullptr && e->recorded) graph::WaitDevice(e->device);
+    if (e != nullptr && e->recorded) aten::WithTorchErrors([&] { graph::WaitDevice(e->device); });
   }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     auto* a = static_cast<PjrtEvent*>(start);
@@ -114,8 +117,10 @@ struct PjrtGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // "All pending work on the device is done": materialize the trace, then wait for it.
   void synchronizeDevice(const c10::DeviceIndex device) const override {
     c10::DeviceIndex d = ResolveIndex(device);
-    graph::SyncDevice(d, graph::SyncCause::kAccelerator);
-    graph::WaitDevice(d);
+    aten::WithTorchErrors([&] {
+      graph::SyncDevice(d, graph::SyncCause::kAccelerator);
+      graph::WaitDevice(d);
+    });
   }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
 };

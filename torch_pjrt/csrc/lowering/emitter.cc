@@ -132,7 +132,7 @@ std::vector<Val> Emitter::NewResults(const std::vector<TensorType>& types, std::
   for (size_t i = 0; i < types.size(); ++i) {
     Val v;
     v.id = id;
-    v.sub = types.size() == 1 ? -1 : static_cast<int16_t>(i);
+    v.sub = types.size() == 1 ? -1 : static_cast<int32_t>(i);
     v.type = types[i];
     out.push_back(v);
   }

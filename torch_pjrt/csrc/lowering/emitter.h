@@ -22,7 +22,7 @@ struct TensorType {
 // An SSA value of the module being built.
 struct Val {
   int32_t id = -1;   // >= 0: %v<id>; for a parameter: %arg<id>
-  int16_t sub = -1;  // result index of a multi-result op (%v<id>#<sub>)
+  int32_t sub = -1;  // result index of a multi-result op (%v<id>#<sub>)
   bool is_param = false;
   TensorType type;
 

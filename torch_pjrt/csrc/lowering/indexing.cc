@@ -1,8 +1,9 @@
 // Indexing and data movement: cat, index_select, gather/scatter, advanced indexing (index,
 // index_put), embedding backward, flip/roll/pad/repeat/tril/triu, clone and fill.
-// Indices are not range-checked on the device (XLA clamps out-of-range gathers); negative indices
-// wrap like torch's where torch allows them.
+// XLA clamps out-of-range gathers; the graph layer checks indices instead (each op's index_checks,
+// raised at the next sync point). Negative indices wrap like torch's where torch allows them.
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "lowering/helpers.h"
@@ -48,9 +49,61 @@ Val OneHot(Emitter& e, const Val& index, int64_t n, ElementType t) {
 }
 
 // Hardware without fast gathers (TargetOptions::dense_gather false) selects rows with a one-hot
-// matmul. Only for floating types, where the matmul is exact at HIGHEST precision.
-bool UseOneHot(const Emitter& e, ElementType t) {
-  return !e.target().dense_gather && (IsFloating(t) || IsComplex(t));
+// matmul. Only for real floating types, where the matmul is exact at HIGHEST precision.
+bool UseOneHot(const Emitter& e, ElementType t) { return !e.target().dense_gather && IsFloating(t); }
+
+// One-hot matmuls multiply every unselected row by 0, and 0 * inf = NaN: a non-finite value
+// anywhere in a column would spoil that column of every result row. So the matmul runs over the
+// finite part (non-finite entries zeroed), and the non-finite entries travel separately as 0/1
+// indicator columns (exact in any float type), which say afterwards what each result really is.
+struct NonFinite {
+  Val finite;      // x with +inf, -inf and NaN replaced by 0
+  Val indicators;  // x's dims with the last one tripled: (is +inf, is -inf, is NaN) blocks
+};
+
+NonFinite SplitNonFinite(Emitter& e, const Val& x) {
+  Val inf = e.Full(INFINITY, x.type);
+  Val pos = e.Compare("EQ", x, inf), neg = e.Compare("EQ", x, e.Full(-INFINITY, x.type));
+  Val nan = e.Compare("NE", x, x);
+  Val bad = e.Binary("or", e.Binary("or", pos, neg), nan);
+  NonFinite n;
+  n.finite = e.Select(bad, e.Full(0, x.type), x);
+  n.indicators = e.Concatenate({e.Convert(pos, x.dtype()), e.Convert(neg, x.dtype()), e.Convert(nan, x.dtype())},
+                               x.rank() - 1);
+  return n;
+}
+
+// The true result of a one-hot matmul from its finite part and its indicator counts (how many
+// +inf, -inf and NaN entries went into each sum): NaN if any NaN or both infinities, else the
+// infinity present, else the finite sum.
+Val RestoreNonFinite(Emitter& e, const Val& finite, const Val& counts) {
+  int64_t last = finite.rank() - 1, d = finite.dims()[last];
+  Val pos = e.SliceDim(counts, last, 0, d), neg = e.SliceDim(counts, last, d, 2 * d);
+  Val nan = e.SliceDim(counts, last, 2 * d, 3 * d);
+  Val zero = e.Full(0, finite.type);
+  Val has_pos = e.Compare("GT", pos, zero), has_neg = e.Compare("GT", neg, zero);
+  Val is_nan = e.Binary("or", e.Compare("GT", nan, zero), e.Binary("and", has_pos, has_neg));
+  Val r = e.Select(has_pos, e.Full(INFINITY, finite.type), finite);
+  r = e.Select(has_neg, e.Full(-INFINITY, finite.type), r);
+  return e.Select(is_nan, e.Full(NAN, finite.type), r);
+}
+
+// one_hot [k, n] contracted with x along `dim` (size n), non-finite values kept exact:
+// [k, ..., without dim ...].
+Val OneHotRows(Emitter& e, const Val& hot, const Val& x, int64_t dim) {
+  // Move `dim` to the front and flatten the rest: [n, m].
+  Dims perm{dim};
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i != dim) perm.push_back(i);
+  }
+  Val moved = e.Transpose(x, perm);
+  int64_t n = x.dims()[dim], m = x.numel() / std::max<int64_t>(n, 1);
+  NonFinite parts = SplitNonFinite(e, e.Reshape(moved, {n, m}));
+  Val finite = e.DotGeneral(hot, parts.finite, {}, {}, {1}, {0}, x.dtype(), "HIGHEST");
+  Val counts = e.DotGeneral(hot, parts.indicators, {}, {}, {1}, {0}, x.dtype(), "HIGHEST");
+  Dims out{hot.dims()[0]};
+  for (size_t j = 1; j < perm.size(); ++j) out.push_back(x.dims()[perm[j]]);
+  return e.Reshape(RestoreNonFinite(e, finite, counts), out);
 }
 
 // index_select(self, dim, index)
@@ -63,7 +116,7 @@ std::vector<Val> LowerIndexSelect(LowerCtx& c) {
   if (UseOneHot(c.e, x.dtype())) {
     // [k, n] x [..., n, ...] contracting n gives [k, ...]; move k back to position `dim`.
     Val hot = OneHot(c.e, idx, x.dims()[dim], x.dtype());
-    Val rows = c.e.DotGeneral(hot, x, {}, {}, {1}, {dim}, x.dtype(), "HIGHEST");
+    Val rows = OneHotRows(c.e, hot, x, dim);
     Dims perm;
     for (int64_t i = 1; i <= dim; ++i) perm.push_back(i);
     perm.push_back(0);
@@ -286,7 +339,8 @@ std::vector<Val> LowerEmbeddingBackward(LowerCtx& c) {
   if (UseOneHot(e, acc)) {
     // grad_weight = one_hot^T @ rows; scaling by frequency divides each summed row by its count.
     Val hot = OneHot(e, flat_idx, num_weights, acc);
-    Val out = e.DotGeneral(hot, rows, {}, {}, {0}, {0}, acc, "HIGHEST");
+    Val hot_t = e.Transpose(hot, {1, 0});  // [num_weights, n]
+    Val out = OneHotRows(e, hot_t, rows, 0);
     if (c.bool_arg(4)) {
       Val counts = e.Reduce(hot, e.Scalar(0, acc), {0}, "add");
       Val safe = e.Binary("maximum", counts, e.Full(1, counts.type));
@@ -397,18 +451,28 @@ void RegisterIndexingOps(Registry& r) {
   r.Add("fill.Tensor", LowerFill);
   r.Add("zero", LowerZero);
   r.Add("cat", LowerCat);
-  r.Add("index_select", LowerIndexSelect);
-  r.Add("gather", LowerGather);
-  r.Add("scatter.src", LowerScatterSrc);
-  r.Add("scatter.value", LowerScatterValue);
-  r.Add("scatter.reduce", LowerScatterReduce);
-  r.Add("scatter.value_reduce", LowerScatterValueReduce);
-  r.Add("scatter_add", LowerScatterAdd);
-  r.Add("index.Tensor", LowerIndex).integer_indices_only = true;
+  // Index bounds: (indices, source, dim argument); advanced indexing accepts -size <= i < 0.
+  const IndexArgSpec along_dim{2, 0, 1};             // index_select/gather/scatter(self, dim, index)
+  const IndexArgSpec advanced{1, 0, -1, -1, true};   // index/index_put(self, indices[], ...)
+  r.Add("index_select", LowerIndexSelect).index_checks = {along_dim};
+  r.Add("gather", LowerGather).index_checks = {along_dim};
+  r.Add("scatter.src", LowerScatterSrc).index_checks = {along_dim};
+  r.Add("scatter.value", LowerScatterValue).index_checks = {along_dim};
+  r.Add("scatter.reduce", LowerScatterReduce).index_checks = {along_dim};
+  r.Add("scatter.value_reduce", LowerScatterValueReduce).index_checks = {along_dim};
+  r.Add("scatter_add", LowerScatterAdd).index_checks = {along_dim};
+  auto advanced_indexing = [&](const char* name, LowerFn fn) {
+    OpLowering& op = r.Add(name, fn);
+    op.integer_indices_only = true;
+    op.index_checks = {advanced};
+  };
+  advanced_indexing("index.Tensor", LowerIndex);
+  advanced_indexing("index_put", LowerIndexPut);
+  advanced_indexing("_index_put_impl", LowerIndexPut);
+  // "unsafe": torch's own decompositions (upsampling) compute these indices in range.
   r.Add("_unsafe_index.Tensor", LowerIndex).integer_indices_only = true;
-  r.Add("index_put", LowerIndexPut).integer_indices_only = true;
-  r.Add("_index_put_impl", LowerIndexPut).integer_indices_only = true;
-  r.Add("embedding_dense_backward", LowerEmbeddingBackward);
+  // embedding_dense_backward(grad_output, indices, num_weights, ...)
+  r.Add("embedding_dense_backward", LowerEmbeddingBackward).index_checks = {IndexArgSpec{1, -1, -1, 2}};
   r.Add("flip", LowerFlip);
   r.Add("roll", LowerRoll);
   r.Add("constant_pad_nd", LowerConstantPad);

@@ -137,7 +137,7 @@ double LowerCtx::scalar_constant(size_t i) const {
 // ---------------------------------------------------------------- table
 
 OpLowering& Registry::Add(std::string schema, LowerFn fn) {
-  entries_.push_back(OpLowering{std::move(schema), fn, {}, {}, {}, false});
+  entries_.push_back(OpLowering{std::move(schema), fn, {}, {}, {}, false, {}});
   return entries_.back();
 }
 

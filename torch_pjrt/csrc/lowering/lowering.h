@@ -59,6 +59,16 @@ class LowerCtx {
 
 using LowerFn = std::vector<Val> (*)(LowerCtx&);
 
+// An index tensor argument whose values must be in range (design: "Index bounds"). The bound is
+// a dimension of another argument, or an int argument.
+struct IndexArgSpec {
+  int indices;              // the index tensor, or a Tensor?[] whose k-th entry indexes dim k
+  int source = 0;           // the tensor whose dimension bounds the indices
+  int dim_arg = -1;         // int argument naming that dimension (-1: the list position)
+  int size_arg = -1;        // int argument giving the bound instead (num_weights)
+  bool negative_wraps = false;  // -size <= i < 0 counts from the end (advanced indexing)
+};
+
 struct OpLowering {
   // Schema name without the "aten::" namespace ("add.Tensor", "relu"), or "pjrt::<name>" for our
   // internal ops (views, layout changes), which are never registered with the dispatcher.
@@ -75,6 +85,8 @@ struct OpLowering {
   // Index-list ops whose boolean-mask indices make the result depend on data: such calls take
   // the CPU path.
   bool integer_indices_only = false;
+  // Index arguments checked against their bounds.
+  std::vector<IndexArgSpec> index_checks;
 };
 
 class Registry {

@@ -29,8 +29,8 @@ enum class ArgKind : uint8_t {
 
 struct Arg {
   ArgKind kind = ArgKind::kNone;
-  uint16_t start = 0;
-  uint16_t len = 0;
+  uint32_t start = 0;
+  uint32_t len = 0;
   int64_t payload = 0;
 
   static Arg None() { return Arg{}; }

@@ -57,30 +57,39 @@ runtime::NamedOption ToOption(const std::string& name, const py::handle& value) 
   return o;
 }
 
-// Asks Python (torch_pjrt.backends) which plugin to load; called on first device use.
-void SetConfigProvider(py::object provider) {
-  auto shared = std::make_shared<py::object>(std::move(provider));
-  runtime::SetConfigProvider([shared]() {
-    py::gil_scoped_acquire gil;
-    py::dict config = (*shared)();
-    runtime::RuntimeConfig rc;
-    rc.strict = config["strict"].cast<bool>();
-    for (auto item : config["candidates"]) {
-      py::dict candidate = item.cast<py::dict>();
-      runtime::PluginConfig c;
-      c.name = candidate["name"].cast<std::string>();
-      c.library_path = candidate["library_path"].cast<std::string>();
-      for (auto option : candidate["options"].cast<py::dict>()) {
-        c.options.push_back(ToOption(option.first.cast<std::string>(), option.second));
-      }
-      if (candidate.contains("capabilities")) {
-        for (auto cap : candidate["capabilities"].cast<py::dict>()) {
-          c.capabilities[cap.first.cast<std::string>()] = py::str(cap.second).cast<std::string>();
-        }
-      }
-      rc.candidates.push_back(std::move(c));
+runtime::PluginConfig ToPluginConfig(const py::dict& candidate) {
+  runtime::PluginConfig c;
+  c.name = candidate["name"].cast<std::string>();
+  c.library_path = candidate["library_path"].cast<std::string>();
+  for (auto option : candidate["options"].cast<py::dict>()) {
+    c.options.push_back(ToOption(option.first.cast<std::string>(), option.second));
+  }
+  if (candidate.contains("capabilities")) {
+    for (auto cap : candidate["capabilities"].cast<py::dict>()) {
+      c.capabilities[cap.first.cast<std::string>()] = py::str(cap.second).cast<std::string>();
     }
-    return rc;
+  }
+  return c;
+}
+
+// Asks Python (torch_pjrt.backends.registry.candidate_config) for the plugins to try, one at a
+// time; called on first device use, never with a runtime or graph lock held.
+void SetCandidateProvider(py::object provider) {
+  auto shared = std::make_shared<py::object>(std::move(provider));
+  runtime::SetCandidateProvider([shared](int index) -> std::optional<runtime::Candidate> {
+    py::gil_scoped_acquire gil;
+    py::object result = (*shared)(index);
+    if (result.is_none()) return std::nullopt;
+    py::dict candidate = result.cast<py::dict>();
+    runtime::Candidate c;
+    c.strict = candidate["strict"].cast<bool>();
+    if (candidate.contains("skip")) {
+      c.config.name = candidate["name"].cast<std::string>();
+      c.skip = candidate["skip"].cast<std::string>();
+    } else {
+      c.config = ToPluginConfig(candidate);
+    }
+    return c;
   });
 }
 
@@ -132,10 +141,28 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_pjrt native extension";
   hooks::RegisterHooks();
   MissingLowerings() = aten::RegisterLoweredKernels();
+  // A thread holding the GIL that must wait for the graph lock lets go of the GIL meanwhile: the
+  // lock's holder may need it (torch takes the GIL to copy or drop Tensors with Python objects).
+  graph::SetBlockingHook([](const std::function<void()>& wait) {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      wait();
+    } else {
+      wait();
+    }
+  });
+  // Errors discovered after tracing (out-of-range indices, failed graphs) keep torch's types.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const DeviceError& e) {
+      PyErr_SetString(e.kind() == ErrorKind::kIndex ? PyExc_IndexError : PyExc_RuntimeError, e.what());
+    }
+  });
   graph::SetWarningHandler([](const std::string& message) { TORCH_WARN(message); });
   runtime::SetWarningHandler([](const std::string& message) { TORCH_WARN("torch_pjrt: ", message); });
 
-  m.def("_set_config_provider", &SetConfigProvider);
+  m.def("_set_candidate_provider", &SetCandidateProvider);
   m.def("_client_started", [] { return runtime::PeekClient() != nullptr; });
   // Starting the client may call back into Python for the plugin config (taking the GIL from a
   // thread that holds the runtime lock), so these release the GIL before asking for it.
@@ -223,31 +250,74 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_set_fallback_warnings", &aten::SetFallbackWarningsEnabled);
   m.def("_fallback_warnings", &aten::FallbackWarningsEnabled);
-  m.def("_cache_dir", [] { return graph::CompileCache::Get().directory(); });
-  m.def("_set_cache_dir", [](const std::string& dir) { graph::CompileCache::Get().set_directory(dir); });
+  m.def("_cache_dir", [] {
+    graph::GraphLock lock;
+    return graph::CompileCache::Get().directory();
+  });
+  // Settings the graph layer reads while syncing change under the graph lock.
+  m.def("_set_cache_dir", [](const std::string& dir) {
+    graph::GraphLock lock;
+    graph::CompileCache::Get().set_directory(dir);
+  });
   m.def("_cache_size", [] { return graph::CompileCache::Get().capacity(); });
-  m.def("_set_cache_size", [](size_t n) { graph::CompileCache::Get().set_capacity(n); });
-  m.def("_cached_graphs", [] { return graph::CompileCache::Get().size(); });
+  m.def("_set_cache_size", [](size_t n) {
+    graph::GraphLock lock;
+    graph::CompileCache::Get().set_capacity(n);
+  });
+  m.def("_cached_graphs", [] {
+    graph::GraphLock lock;
+    return graph::CompileCache::Get().size();
+  });
   m.def("_clear_compile_cache", [] {
     graph::GraphLock lock;
     graph::CompileCache::Get().Clear();
   });
-  m.def("_log_compiles", [] { return graph::Debug().log_compiles; });
-  m.def("_set_log_compiles", [](bool on) { graph::Debug().log_compiles = on; });
-  m.def("_dump_dir", [] { return graph::Debug().dump_dir; });
-  m.def("_set_dump_dir", [](const std::string& dir) { graph::Debug().dump_dir = dir; });
+  m.def("_log_compiles", [] {
+    graph::GraphLock lock;
+    return graph::Debug().log_compiles;
+  });
+  m.def("_set_log_compiles", [](bool on) {
+    graph::GraphLock lock;
+    graph::Debug().log_compiles = on;
+  });
+  m.def("_dump_dir", [] {
+    graph::GraphLock lock;
+    return graph::Debug().dump_dir;
+  });
+  m.def("_set_dump_dir", [](const std::string& dir) {
+    graph::GraphLock lock;
+    graph::Debug().dump_dir = dir;
+  });
   m.def("_set_source_location_provider", [](py::object fn) {
     auto shared = std::make_shared<py::object>(std::move(fn));
-    graph::SetSourceLocationProvider([shared]() {
+    graph::SetSourceLocationProvider([shared]() -> std::string {
       py::gil_scoped_acquire gil;
-      return (*shared)().cast<std::string>();
+      try {
+        return (*shared)().cast<std::string>();
+      } catch (const py::error_already_set&) {
+        return "";  // a debugging aid never changes behaviour
+      }
     });
   });
-  m.def("_max_pending_nodes", &graph::MaxPendingNodes);
-  m.def("_set_max_pending_nodes", &graph::SetMaxPendingNodes);
+  m.def("_max_pending_nodes", [] {
+    graph::GraphLock lock;
+    return graph::MaxPendingNodes();
+  });
+  m.def("_set_max_pending_nodes", [](int64_t n) {
+    graph::GraphLock lock;
+    graph::SetMaxPendingNodes(n);
+  });
   m.def("_live_nodes", &graph::LiveNodeCount);
   m.def("_live_storages", &graph::LazyStorage::LiveCount);
   m.def("_missing_lowerings", [] { return MissingLowerings(); });
+  // What identifies compiled executables on disk besides the graph (starts the client).
+  m.def("_fingerprint", [] {
+    {
+      py::gil_scoped_release no_gil;
+      runtime::GetClient();
+    }
+    return graph::PluginFingerprint();
+  });
   // Schema names ("add.Tensor") of every ATen op with a lowering (its in-place and out= variants
   // are registered too).
   m.def("_lowered_ops", [] {

@@ -72,16 +72,24 @@ std::shared_ptr<Buffer> Buffer::FromHost(const std::shared_ptr<Client>& client, 
 
 Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device)
     : client_(std::move(client)), buffer_(buffer), device_(device) {
+  // Never throws: execution outputs are wrapped right after launch, when a throw would leak the
+  // remaining outputs. A buffer whose metadata cannot be read has an invalid type, which every
+  // later use (argument checks, reads) rejects.
   const Plugin& plugin = client_->plugin();
-  auto type = PJRT_ARGS(PJRT_Buffer_ElementType);
-  type.buffer = buffer_;
-  PJRT_CALL(plugin, PJRT_Buffer_ElementType, &type);
-  type_ = FromPjrtType(type.type);
-  auto dims = PJRT_ARGS(PJRT_Buffer_Dimensions);
-  dims.buffer = buffer_;
-  PJRT_CALL(plugin, PJRT_Buffer_Dimensions, &dims);
-  dims_.assign(dims.dims, dims.dims + dims.num_dims);
-  size_t n = ItemSize(type_);
+  try {
+    auto type = PJRT_ARGS(PJRT_Buffer_ElementType);
+    type.buffer = buffer_;
+    PJRT_CALL(plugin, PJRT_Buffer_ElementType, &type);
+    auto dims = PJRT_ARGS(PJRT_Buffer_Dimensions);
+    dims.buffer = buffer_;
+    PJRT_CALL(plugin, PJRT_Buffer_Dimensions, &dims);
+    type_ = FromPjrtType(type.type);
+    dims_.assign(dims.dims, dims.dims + dims.num_dims);
+  } catch (const std::exception&) {
+    type_ = ElementType::kInvalid;
+    dims_.clear();
+  }
+  size_t n = type_ == ElementType::kInvalid ? 0 : ItemSize(type_);
   for (int64_t d : dims_) n *= static_cast<size_t>(d);
   nbytes_ = n;
   AddLiveBytes(device_, static_cast<int64_t>(nbytes_));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/errors.h"
 #include "runtime/client.h"
 
 namespace torch_pjrt::runtime {
@@ -34,6 +35,10 @@ class Buffer {
   // The buffer was donated to an execution: PJRT deleted its memory, only the handle remains.
   void MarkDonated() { donated_ = true; }
   bool donated() const { return donated_; }
+  // Set when the contents were computed from something invalid (an out-of-range index found
+  // after the execution ran): whoever reads them gets this error instead.
+  void Poison(DeferredErrorPtr error) { poison_ = std::move(error); }
+  const DeferredErrorPtr& poison() const { return poison_; }
 
   PJRT_Buffer* raw() const { return buffer_; }
   ElementType type() const { return type_; }
@@ -53,6 +58,7 @@ class Buffer {
   int device_;
   size_t nbytes_ = 0;
   bool donated_ = false;
+  DeferredErrorPtr poison_;
 };
 
 }  // namespace torch_pjrt::runtime

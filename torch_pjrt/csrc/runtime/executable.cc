@@ -1,6 +1,7 @@
 #include "runtime/executable.h"
 
 #include <deque>
+#include <map>
 #include <mutex>
 
 namespace torch_pjrt::runtime {
@@ -50,6 +51,9 @@ struct InFlight {
 };
 std::mutex g_inflight_mutex;
 std::deque<InFlight> g_inflight;
+// The first failure of an execution that finished while nobody was waiting for it, per
+// (client, device): reported by the next wait on that device.
+std::map<std::pair<const Client*, int>, std::string> g_unreported;
 
 bool EventReady(const Plugin& plugin, PJRT_Event* event) {
   auto ready = PJRT_ARGS(PJRT_Event_IsReady);
@@ -58,12 +62,30 @@ bool EventReady(const Plugin& plugin, PJRT_Event* event) {
   return ready.is_ready;
 }
 
-// Destroys finished events at the front of the queue so it stays short. Caller holds the mutex.
+// Awaits and destroys `f`'s event; a failure is kept for the next wait on its device, never
+// thrown here (the caller may have just launched another execution whose outputs it must keep).
+void Retire(const Plugin& plugin, const InFlight& f) {
+  try {
+    plugin.AwaitAndDestroy(f.event, "device execution");
+  } catch (const std::exception& e) {
+    g_unreported.emplace(std::make_pair(f.client, f.device), e.what());
+  }
+}
+
+// Retires finished events at the front of the queue so it stays short. Caller holds the mutex.
+// Never throws.
 void PruneFinished(const Plugin& plugin) {
-  while (!g_inflight.empty() && EventReady(plugin, g_inflight.front().event)) {
+  while (!g_inflight.empty()) {
+    bool ready = false;
+    try {
+      ready = EventReady(plugin, g_inflight.front().event);
+    } catch (const std::exception&) {
+      ready = true;  // a broken event: Retire records its error
+    }
+    if (!ready) return;
     InFlight done = g_inflight.front();
     g_inflight.pop_front();
-    plugin.AwaitAndDestroy(done.event, "device execution");
+    Retire(plugin, done);
   }
 }
 
@@ -177,14 +199,13 @@ std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_
   exec.device_complete_events = &complete;
   exec.execute_device = client_->device(device);
   PJRT_CALL(plugin, PJRT_LoadedExecutable_Execute, &exec);
-  {
-    std::lock_guard<std::mutex> lock(g_inflight_mutex);
-    PruneFinished(plugin);
-    if (complete != nullptr) g_inflight.push_back({client_.get(), device, complete});
-  }
+  // Launched: from here on nothing may throw, or the outputs and the event would leak.
   std::vector<std::shared_ptr<Buffer>> result;
   result.reserve(outputs.size());
   for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(client_, b, device));
+  std::lock_guard<std::mutex> lock(g_inflight_mutex);
+  if (complete != nullptr) g_inflight.push_back({client_.get(), device, complete});
+  PruneFinished(plugin);
   return result;
 }
 
@@ -207,6 +228,17 @@ void WaitForExecutions(const Client& client, int device) {
       client.plugin().AwaitAndDestroy(f.event, "device execution");
     } catch (const PjrtError& e) {
       if (first_error.empty()) first_error = e.what();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_inflight_mutex);
+    for (auto it = g_unreported.begin(); it != g_unreported.end();) {
+      if (it->first.first == &client && (device < 0 || it->first.second == device)) {
+        if (first_error.empty()) first_error = it->second;
+        it = g_unreported.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
   if (!first_error.empty()) throw PjrtError(first_error);

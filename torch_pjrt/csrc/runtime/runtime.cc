@@ -7,8 +7,9 @@ namespace torch_pjrt::runtime {
 namespace {
 
 struct State {
-  std::mutex mutex;
-  ConfigProvider provider;
+  std::mutex mutex;        // guards the fields below; held only for short reads and writes
+  std::mutex start_mutex;  // serializes plugin starts; never held while calling the provider
+  CandidateProvider provider;
   std::function<void(const std::string&)> warn;
   std::shared_ptr<Client> client;
   std::map<std::string, std::string> capabilities;
@@ -25,7 +26,7 @@ State& state() {
 
 }  // namespace
 
-void SetConfigProvider(ConfigProvider provider) {
+void SetCandidateProvider(CandidateProvider provider) {
   std::lock_guard<std::mutex> lock(state().mutex);
   state().provider = std::move(provider);
 }
@@ -46,39 +47,73 @@ std::shared_ptr<Client> StartClient(const PluginConfig& config) {
   return client;
 }
 
-}  // namespace
-
-std::shared_ptr<Client> GetClient() {
-  State& s = state();
+// The client if it exists; throws the remembered failure or the shutdown. Null: not started yet.
+std::shared_ptr<Client> ExistingClient(State& s) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.client) return s.client;
   if (s.shut_down) throw PjrtError("the pjrt runtime was shut down (the interpreter is exiting)");
   if (!s.error.empty()) throw PjrtError(s.error);
-  try {
-    if (!s.provider) {
-      throw PjrtError("no PJRT plugin configuration: torch_pjrt's Python package was not initialized");
-    }
-    RuntimeConfig config = s.provider();
-    std::string failures;
-    for (const PluginConfig& candidate : config.candidates) {
+  return nullptr;
+}
+
+void Warn(State& s, const std::string& message) {
+  std::function<void(const std::string&)> warn;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    warn = s.warn;
+  }
+  if (warn) warn(message);  // Python warnings: no lock held
+}
+
+// Tries candidate after candidate until one starts. Returns the client (possibly one another
+// thread started meanwhile).
+std::shared_ptr<Client> StartFirstWorkingCandidate(State& s) {
+  CandidateProvider provider;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    provider = s.provider;
+  }
+  if (!provider) {
+    throw PjrtError("no PJRT plugin configuration: torch_pjrt's Python package was not initialized");
+  }
+  std::string failures;
+  for (int index = 0;; ++index) {
+    std::optional<Candidate> candidate = provider(index);
+    if (!candidate) break;
+    std::string failure = candidate->skip;
+    if (failure.empty()) {
+      std::lock_guard<std::mutex> start(s.start_mutex);
+      if (auto existing = ExistingClient(s)) return existing;
       try {
-        s.client = StartClient(candidate);
-        s.capabilities = candidate.capabilities;
-        break;
+        auto client = StartClient(candidate->config);
+        std::lock_guard<std::mutex> lock(s.mutex);
+        s.capabilities = candidate->config.capabilities;
+        s.client = client;
+        return client;
       } catch (const std::exception& e) {
-        if (config.strict) throw;
-        failures += std::string(failures.empty() ? "" : "; ") + e.what();
-        if (s.warn) s.warn(std::string(e.what()) + " -- skipping it");
+        if (candidate->strict) throw;
+        failure = e.what();
+        Warn(s, failure + " -- skipping it");
       }
     }
-    if (!s.client) {
-      throw PjrtError("no PJRT plugin could be started: " + (failures.empty() ? "none configured" : failures));
-    }
+    failures += (failures.empty() ? "" : "; ") + failure;
+  }
+  throw PjrtError("no PJRT plugin could be started: " + (failures.empty() ? "none configured" : failures));
+}
+
+}  // namespace
+
+std::shared_ptr<Client> GetClient() {
+  State& s = state();
+  if (auto existing = ExistingClient(s)) return existing;
+  try {
+    return StartFirstWorkingCandidate(s);
   } catch (const std::exception& e) {
-    s.error = e.what();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.client) return s.client;  // another thread's start succeeded
+    if (s.error.empty()) s.error = e.what();
     throw PjrtError(s.error);
   }
-  return s.client;
 }
 
 const std::map<std::string, std::string>& ActiveCapabilities() {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,19 +23,25 @@ struct PluginConfig {
   std::map<std::string, std::string> capabilities;
 };
 
-// Plugins to try, best first. Unless `strict` (the user named one), a plugin that fails to load
-// or start is reported through the warning handler and the next one is tried.
-struct RuntimeConfig {
-  std::vector<PluginConfig> candidates;
+// One plugin to try. Candidates are asked for one at a time, best first, so that only the ones
+// actually tried are configured (configuring sets process state such as XLA_FLAGS). Unless
+// `strict` (the user named the plugin), a candidate that cannot be configured (`skip` says why)
+// or fails to load or start is reported through the warning handler and the next one is tried.
+struct Candidate {
+  PluginConfig config;
   bool strict = false;
+  std::string skip;
 };
-
-using ConfigProvider = std::function<RuntimeConfig()>;
-void SetConfigProvider(ConfigProvider provider);
+// Returns candidate `index`, configured, or nothing past the last one. It runs Python: the runtime
+// never calls it with a lock held.
+using CandidateProvider = std::function<std::optional<Candidate>(int index)>;
+void SetCandidateProvider(CandidateProvider provider);
 void SetWarningHandler(std::function<void(const std::string&)> handler);
 
 // The client, created on the first call. A failure is remembered and rethrown, with the same
-// message, on every later call (a broken plugin never half-initializes).
+// message, on every later call (a broken plugin never half-initializes). Concurrent first calls
+// start one client. Lock order: the provider (Python, the GIL) is called with no runtime lock
+// held; starting a plugin holds the start lock but never waits for the GIL.
 std::shared_ptr<Client> GetClient();
 // The client if it was already created, else null. Never starts one.
 std::shared_ptr<Client> PeekClient();

@@ -1,0 +1,247 @@
+"""No silent wrong answers: regressions for every mismatch an outside review found, each compared
+with CPU eager (default dtype, memory formats, NaN and infinities, out-of-range indices, sizes
+past 16 bits, threads, errors found after launch, compile logging on the autograd thread)."""
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers import Counters, run_python
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def same(actual, expected):
+    """Equal dtype, shape and values, NaN where the CPU has NaN."""
+    actual = actual.cpu()
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    torch.testing.assert_close(actual, expected, equal_nan=True, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------------- default dtype
+
+@pytest.mark.parametrize("first,second", [(torch.float32, torch.float64), (torch.float64, torch.float32)])
+def test_default_dtype_reaches_every_result(first, second):
+    old = torch.get_default_dtype()
+    try:
+        for dtype in (first, second):  # the same program twice: memoized shapes must not leak
+            torch.set_default_dtype(dtype)
+            same(torch.arange(4, device="pjrt") * 0.5, torch.arange(4) * 0.5)
+            same(torch.ones(3, device="pjrt", dtype=torch.int64) / 2, torch.ones(3, dtype=torch.int64) / 2)
+            same(torch.full((2,), 3, device="pjrt") + 0.25, torch.full((2,), 3) + 0.25)
+    finally:
+        torch.set_default_dtype(old)
+
+
+# ---------------------------------------------------------------------------------- memory formats
+
+def test_clone_honours_its_memory_format_whatever_came_first():
+    x = torch.randn(2, 3, 4, 5)
+    d = x.to("pjrt")
+    for fmt in (torch.contiguous_format, torch.channels_last, torch.contiguous_format, torch.channels_last):
+        got, want = d.clone(memory_format=fmt), x.clone(memory_format=fmt)
+        assert got.stride() == want.stride(), fmt
+        same(got, want)
+    # view(-1) needs a contiguous layout: it fails exactly where the CPU fails.
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        x.clone(memory_format=torch.channels_last).view(-1)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        d.clone(memory_format=torch.channels_last).view(-1)
+    same(d.clone().view(-1), x.view(-1))
+
+
+@pytest.mark.parametrize("size,fmt", [((2, 3, 4, 5, 6), torch.channels_last_3d), ((2, 3, 4, 5), torch.channels_last),
+                                      ((2, 3, 4, 5), torch.contiguous_format)])
+def test_empty_with_memory_format_has_cpu_strides(size, fmt):
+    assert torch.empty(size, memory_format=fmt, device="pjrt").stride() == torch.empty(size, memory_format=fmt).stride()
+
+
+def test_memory_format_of_the_wrong_rank_raises_like_cpu():
+    for fmt in (torch.channels_last, torch.channels_last_3d):
+        with pytest.raises(RuntimeError) as cpu:
+            torch.empty(2, 3, 4, memory_format=fmt)
+        with pytest.raises(RuntimeError) as dev:
+            torch.empty(2, 3, 4, memory_format=fmt, device="pjrt")
+        assert str(dev.value) == str(cpu.value)
+
+
+# ---------------------------------------------------------------------------------- NaN and inf
+
+NAN_GRID = torch.tensor([[1, math.nan, 3], [math.inf, -math.inf, 0], [2, 5, -1]])
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("max", lambda t: t.max()), ("min", lambda t: t.min()),
+    ("amax", lambda t: t.amax(1)), ("amin", lambda t: t.amin(1)), ("amax0", lambda t: t.amax(0)),
+    ("max.dim", lambda t: t.max(1).values), ("min.dim", lambda t: t.min(0).values),
+    ("argmax", lambda t: t.argmax(1)), ("argmin", lambda t: t.argmin(0)),
+    ("maximum", lambda t: torch.maximum(t, t.flip(0))), ("maximum swapped", lambda t: torch.maximum(t.flip(0), t)),
+    ("minimum", lambda t: torch.minimum(t, t.flip(1))), ("minimum swapped", lambda t: torch.minimum(t.flip(1), t)),
+    ("sign", lambda t: t.sign()), ("clamp", lambda t: t.clamp(0, 2)), ("relu", lambda t: t.relu()),
+    ("max_pool", lambda t: torch.nn.functional.max_pool1d(t[None], 2)),
+    ("softmax", lambda t: t.softmax(1)), ("cummax-free sum", lambda t: t.sum(0)),
+])
+def test_nan_and_infinities_propagate_like_cpu(name, fn):
+    same(fn(NAN_GRID.to("pjrt")), fn(NAN_GRID))
+
+
+def test_sign_of_signed_zero_and_nan():
+    x = torch.tensor([math.nan, -0.0, 0.0, -2.0, math.inf, -math.inf])
+    got = x.to("pjrt").sign().cpu()
+    same(got, x.sign())
+    assert not torch.signbit(got[1])  # torch: sign(-0.0) is +0.0
+
+
+# ---------------------------------------------------------------------------------- index bounds
+
+OUT_OF_RANGE = [
+    ("index", "aten::index.Tensor", lambda x, i: x[i]),
+    ("index negative", "aten::index.Tensor", lambda x, i: x[-i - 2]),
+    ("index_select", "aten::index_select", lambda x, i: x.index_select(0, i)),
+    ("gather", "aten::gather", lambda x, i: x.gather(0, i)),
+    ("scatter", "aten::scatter", lambda x, i: x.clone().scatter_(0, i, 1.0)),
+    ("scatter_add", "aten::scatter_add", lambda x, i: x.clone().scatter_add_(0, i, torch.ones_like(x[:1]))),
+    ("index_put", "aten::index_put", lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0, device=x.device))),
+    ("setitem", "aten::index_put", lambda x, i: x.clone().__setitem__(i, 2.0)),
+    ("embedding", "aten::index_select", lambda x, i: torch.nn.functional.embedding(i[None], x[:, None])),
+]
+
+
+@pytest.mark.parametrize("name,op,fn", OUT_OF_RANGE, ids=[c[0] for c in OUT_OF_RANGE])
+def test_out_of_range_index_raises_index_error_naming_op_and_line(name, op, fn):
+    x = torch.arange(5.0)
+    bad = torch.tensor([7])
+    with pytest.raises((IndexError, RuntimeError)):
+        fn(x, bad)  # the CPU refuses too
+    d, i = x.to("pjrt"), bad.to("pjrt")
+    with Counters() as c:
+        result = fn(d, i)  # traced: no sync per indexing op, the check runs inside the graph
+        other = d * 2
+    assert c["Executions"] == 0
+    with pytest.raises(IndexError) as info:
+        result.cpu() if result is not None else torch.pjrt.synchronize()
+    message = str(info.value)
+    assert "is out of bounds for dimension 0 with size 5" in message
+    assert op in message
+    assert f"traced at {__file__}:{fn.__code__.co_firstlineno} in <lambda>" in message  # the line of the op
+    same(other, x * 2)  # values that do not depend on the bad index are unaffected
+
+
+def test_in_range_indices_including_negative_ones_work():
+    x = torch.arange(5.0)
+    i = torch.tensor([0, 4, -5, -1])
+    same(x.to("pjrt")[i.to("pjrt")], x[i])
+    same(x.to("pjrt").index_select(0, torch.tensor([4, 0], device="pjrt")), x.index_select(0, torch.tensor([4, 0])))
+
+
+def test_values_computed_from_a_bad_index_stay_poisoned():
+    d = torch.arange(5.0, device="pjrt")
+    bad = d[torch.tensor([9], device="pjrt")]
+    spoiled = bad + 1
+    fine = d + 1
+    torch.pjrt.metrics.reset()
+    with pytest.raises(IndexError, match="index 9 is out of bounds"):
+        torch.pjrt.synchronize()
+    for t in (bad, spoiled):
+        with pytest.raises(IndexError, match="index 9 is out of bounds"):
+            t.cpu()
+    # Traced from a poisoned value after the failure: the error follows it.
+    with pytest.raises(IndexError, match="index 9 is out of bounds"):
+        (spoiled * 3).cpu()
+    same(fine, torch.arange(5.0) + 1)
+    torch.pjrt.synchronize()  # reported once: the device keeps working
+
+
+def test_a_bad_index_found_at_the_next_sync_spoils_what_was_traced_from_it_meanwhile():
+    d = torch.arange(5.0, device="pjrt")
+    spoiled = d[torch.tensor([5], device="pjrt")]
+    torch.pjrt._C._synchronize(0, "other", False)  # launched, not waited for
+    later = spoiled * 2  # traced from a buffer whose check has not been read yet
+    fine = d - 1
+    with pytest.raises(IndexError):
+        fine.cpu()  # the next sync point reports it...
+    with pytest.raises(IndexError):
+        later.cpu()  # ...and what was computed from the bad value is not returned
+    same(fine, torch.arange(5.0) - 1)
+
+
+# ---------------------------------------------------------------------------------- sizes
+
+def test_cat_of_more_than_65535_tensors():
+    # List lengths and offsets were 16 bits and wrapped silently. Empty parts keep the compiled
+    # program small (they are skipped); the real ones are spread past the 16-bit boundary.
+    parts = [torch.full((2,), float(i)) if i % 9000 == 0 or i == 69999 else torch.empty(0) for i in range(70000)]
+    d = [p.to("pjrt") for p in parts]
+    same(torch.cat(d), torch.cat(parts))
+    assert torch.cat(d).shape == (2 * 9,)
+
+
+# ---------------------------------------------------------------------------------- threads
+
+def test_first_tensor_and_is_initialized_from_two_threads_do_not_deadlock():
+    code = """
+        import threading, torch
+        stop = False
+        def poll():
+            while not stop:
+                torch.pjrt.is_initialized()
+        t = threading.Thread(target=poll)
+        t.start()
+        x = torch.ones(2, device="pjrt") + 1
+        print(x.cpu().tolist())
+        stop = True
+        t.join()
+    """
+    for _ in range(3):
+        out = run_python(code, timeout=120).stdout
+        assert out.strip() == "[2.0, 2.0]"
+
+
+# ---------------------------------------------------------------------------------- errors after launch
+
+def test_an_execution_failing_after_launch_is_reported_once_and_spoils_nothing_else(tmp_path):
+    import xla_plugins.xla_cpu_pjrt as pkg
+
+    include = os.path.join(list(pkg.__path__)[0], "include")
+    shim = tmp_path / "libfaulty.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-I", include, os.path.join(FIXTURES, "faulty_pjrt_plugin.c"),
+                    "-o", str(shim), "-ldl", "-lpthread"], check=True)
+    out = run_python("""
+        import time, torch
+        a = torch.ones(3, device="pjrt") + 1
+        torch.pjrt._C._synchronize(0, "other", False)  # launched; its completion reports a fault
+        time.sleep(0.3)
+        b = torch.ones(3, device="pjrt") * 3
+        torch.pjrt._C._synchronize(0, "other", False)  # launching this one retires the first
+        print("b", b.cpu().tolist())
+        try:
+            torch.pjrt.synchronize()
+            print("no error")
+        except RuntimeError as e:
+            print("error", "device execution failed" in str(e))
+        torch.pjrt.synchronize()
+        print("then fine")
+    """, env={"TORCH_PJRT_PLUGIN_LIBRARY": str(shim), "TORCH_PJRT_DISK_CACHE": "0",
+              "FAULTY_PJRT_REAL": os.path.join(list(pkg.__path__)[0], "xla_cpu_pjrt.so"),
+              "FAULTY_PJRT_FAIL_EXECUTION": "1"}).stdout
+    assert out.split("\n")[:3] == ["b [3.0, 3.0, 3.0]", "error True", "then fine"], out
+
+
+# ---------------------------------------------------------------------------------- compile logging
+
+def test_compile_logging_never_changes_what_backward_does():
+    out = run_python("""
+        import torch
+        torch.pjrt.set_fallback_warnings(False)
+        x = torch.randn(8, 8, device="pjrt", requires_grad=True)
+        torch.pjrt.set_max_pending_nodes(3)  # compiles forced on the autograd engine's thread
+        y = (x.sin().cos() * 2).exp()
+        y = torch.nn.functional.logsigmoid(y)  # no lowering: a CPU fallback inside backward
+        y.sum().backward()
+        print("grad", tuple(x.grad.cpu().shape))
+    """, env={"TORCH_PJRT_LOG_COMPILES": "1", "TORCH_PJRT_DISK_CACHE": "0"})
+    assert "grad (8, 8)" in out.stdout
+    assert "autograd engine" in out.stderr  # the log says where the compile came from

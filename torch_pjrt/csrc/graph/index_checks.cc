@@ -1,0 +1,139 @@
+#include "graph/index_checks.h"
+
+#include <cstdint>
+#include <unordered_map>
+
+namespace torch_pjrt::graph {
+
+namespace {
+
+struct LaunchedChecks {
+  int device;
+  std::shared_ptr<runtime::Buffer> results;  // s64[N, 2]
+  std::vector<std::string> whats;
+  std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents;
+};
+
+std::vector<LaunchedChecks>& Launched() {
+  static auto* launched = new std::vector<LaunchedChecks>();
+  return *launched;
+}
+
+// Which checks (a bitset over check positions) each node depends on, memoized over the DAG.
+class CheckReach {
+ public:
+  explicit CheckReach(const std::vector<IndexCheck>& checks) : words_((checks.size() + 63) / 64) {
+    for (size_t k = 0; k < checks.size(); ++k) {
+      Bits& b = Of(checks[k].consumer.node.get());
+      b[k / 64] |= uint64_t{1} << (k % 64);
+    }
+  }
+
+  // Bits of `root`, computing those of its inputs first (iteratively: graphs can be deep).
+  const std::vector<uint64_t>& Reach(const Node* root) {
+    std::vector<std::pair<const Node*, bool>> stack{{root, false}};
+    while (!stack.empty()) {
+      auto [n, inputs_done] = stack.back();
+      stack.pop_back();
+      if (done_.count(n)) continue;
+      if (!inputs_done) {
+        stack.push_back({n, true});
+        for (const Input& in : n->inputs) {
+          if (!done_.count(in.node)) stack.push_back({in.node, false});
+        }
+        continue;
+      }
+      Bits& mine = Of(n);
+      for (const Input& in : n->inputs) {
+        const Bits& theirs = bits_.at(in.node);
+        for (size_t w = 0; w < words_; ++w) mine[w] |= theirs[w];
+      }
+      done_.emplace(n, true);
+    }
+    return bits_.at(root);
+  }
+
+ private:
+  using Bits = std::vector<uint64_t>;
+  Bits& Of(const Node* n) {
+    auto it = bits_.find(n);
+    if (it == bits_.end()) it = bits_.emplace(n, Bits(words_, 0)).first;
+    return it->second;
+  }
+  size_t words_;
+  std::unordered_map<const Node*, Bits> bits_;
+  std::unordered_map<const Node*, bool> done_;
+};
+
+}  // namespace
+
+void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what) {
+  Trace(device).checks.push_back(IndexCheck{std::move(indices), std::move(consumer), lo, hi, std::move(what)});
+}
+
+Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks) {
+  static const int pack = InternalOp("pjrt::index_checks");
+  std::vector<Value> inputs;
+  ArgList args;
+  ArgPool bounds;
+  for (const IndexCheck& c : checks) {
+    args.push_back(Arg::Tensor(static_cast<int>(inputs.size())));
+    inputs.push_back(c.indices);
+    args.push_back(Arg::Tensor(static_cast<int>(inputs.size())));
+    inputs.push_back(c.consumer);
+    bounds.push_back(c.lo);
+    bounds.push_back(c.hi);
+  }
+  args.push_back(Arg{ArgKind::kIntList, 0, static_cast<uint32_t>(bounds.size()), 0});
+  TensorType t{ElementType::kS64, {static_cast<int64_t>(checks.size()), 2}};
+  return MakeOp(pack, device, inputs, std::move(args), std::move(bounds), {t})[0];
+}
+
+std::vector<std::vector<int>> CheckDependents(const std::vector<IndexCheck>& checks,
+                                              const std::vector<Value>& outputs) {
+  std::vector<std::vector<int>> dependents(checks.size());
+  CheckReach reach(checks);
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const std::vector<uint64_t>& bits = reach.Reach(outputs[o].node.get());
+    for (size_t k = 0; k < checks.size(); ++k) {
+      if (bits[k / 64] >> (k % 64) & 1) dependents[k].push_back(static_cast<int>(o));
+    }
+  }
+  return dependents;
+}
+
+void ExpectIndexChecks(int device, std::shared_ptr<runtime::Buffer> results, std::vector<std::string> whats,
+                       std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents) {
+  Launched().push_back(LaunchedChecks{device, std::move(results), std::move(whats), std::move(dependents)});
+}
+
+DeferredErrorPtr ResolveIndexChecks(int device) {
+  DeferredErrorPtr first;
+  std::vector<LaunchedChecks>& launched = Launched();
+  for (auto it = launched.begin(); it != launched.end();) {
+    if (device >= 0 && it->device != device) {
+      ++it;
+      continue;
+    }
+    LaunchedChecks done = std::move(*it);
+    it = launched.erase(it);
+    std::vector<int64_t> rows(done.whats.size() * 2);
+    try {
+      done.results->ToHost(rows.data(), rows.size() * sizeof(int64_t));  // waits for the graph
+    } catch (const std::exception&) {
+      continue;  // the execution failed: reading its outputs reports that error
+    }
+    for (size_t k = 0; k < done.whats.size(); ++k) {
+      if (rows[2 * k] != 0) continue;
+      auto error = MakeDeferredError(ErrorKind::kIndex, "index " + std::to_string(rows[2 * k + 1]) +
+                                                            " is out of bounds for " + done.whats[k]);
+      for (const auto& buffer : done.dependents[k]) {
+        if (!buffer->poison()) buffer->Poison(error);
+      }
+      if (!first) first = error;
+    }
+  }
+  return first;
+}
+
+}  // namespace torch_pjrt::graph

@@ -1,0 +1,38 @@
+// Bounds checks of index tensors without a sync per op (design: "Index bounds"). An indexing op
+// records its indices and bounds in the trace; the sync computes every check of the graph as one
+// extra output; the next sync point reads it (by then the graph has run) and, if an index was out
+// of range, poisons the buffers computed from that op and raises an IndexError naming the op and
+// the Python line that traced it, like CUDA's device-side assert but recoverable.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "graph/trace.h"
+
+namespace torch_pjrt::graph {
+
+// Records that `indices`, read by the op that produced `consumer`, must lie in [lo, hi).
+// `what` describes the bound for the error message. Caller holds the graph lock.
+void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what);
+
+// The node computing every check of `trace`: s64[N, 2] rows (in range, an offending index).
+Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks);
+
+// For each check, the positions in `outputs` whose value depends on the check's consumer.
+std::vector<std::vector<int>> CheckDependents(const std::vector<IndexCheck>& checks,
+                                              const std::vector<Value>& outputs);
+
+// After a graph with checks was launched: its packed result and, per check, the message and the
+// output buffers to poison if it fails.
+void ExpectIndexChecks(int device, std::shared_ptr<runtime::Buffer> results, std::vector<std::string> whats,
+                       std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents);
+
+// Waits for the checks of graphs launched on `device` (-1: every device), poisons what failed
+// checks spoiled, and returns the first failure (null when all indices were in range). Caller
+// holds the graph lock.
+DeferredErrorPtr ResolveIndexChecks(int device);
+
+}  // namespace torch_pjrt::graph
