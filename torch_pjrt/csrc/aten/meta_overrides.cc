@@ -1,0 +1,81 @@
+#include "aten/meta_overrides.h"
+
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/empty.h>
+
+#include <array>
+#include <unordered_map>
+
+namespace torch_pjrt::aten {
+
+namespace {
+
+void ConvolutionBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  // convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation,
+  //   transposed, output_padding, groups, output_mask) == convolution_backward with bias_sizes.
+  const at::Tensor& w = a[2].toTensor();
+  int64_t bias = a[6].toBool() ? w.size(1) * a[8].toInt() : w.size(0);
+  auto mask = a[9].to<std::array<bool, 3>>();
+  auto r = at::convolution_backward(a[0].toTensor(), a[1].toTensor(), w, std::vector<int64_t>{bias},
+                                    a[3].toIntVector(), a[4].toIntVector(), a[5].toIntVector(),
+                                    a[6].toBool(), a[7].toIntVector(), a[8].toInt(), mask);
+  results->push_back(std::get<0>(r));
+  results->push_back(std::get<1>(r));
+  results->push_back(std::get<2>(r));
+}
+
+at::Tensor MetaLike(const at::Tensor& t, c10::IntArrayRef sizes) {
+  return at::empty(sizes, t.options().device(c10::kMeta));
+}
+
+// _thnn_fused_gru_cell(input_gates, hidden_gates, hx, ...) -> (hy, workspace [N, 5H])
+void GruCellMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& hx = a[2].toTensor();
+  results->push_back(MetaLike(hx, hx.sizes()));
+  results->push_back(MetaLike(hx, {hx.size(0), 5 * hx.size(1)}));
+}
+
+// _thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias) -> 5 tensors
+void GruCellBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& g = a[0].toTensor();
+  int64_t n = g.size(0), h = g.size(1);
+  results->push_back(MetaLike(g, {n, 3 * h}));
+  results->push_back(MetaLike(g, {n, 3 * h}));
+  results->push_back(MetaLike(g, {n, h}));
+  bool has_bias = a[2].toBool();
+  results->push_back(has_bias ? MetaLike(g, {3 * h}) : at::Tensor());
+  results->push_back(has_bias ? MetaLike(g, {3 * h}) : at::Tensor());
+}
+
+// _thnn_fused_lstm_cell(input_gates, hidden_gates, cx, ...) -> (hy, cy, workspace [N, 4H]).
+// torch's own meta function fails when the biases are None.
+void LstmCellMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& cx = a[2].toTensor();
+  results->push_back(MetaLike(cx, cx.sizes()));
+  results->push_back(MetaLike(cx, cx.sizes()));
+  results->push_back(MetaLike(cx, {cx.size(0), 4 * cx.size(1)}));
+}
+
+// _thnn_fused_lstm_cell_backward_impl(grad_hy?, grad_cy?, cx, cy, workspace, has_bias)
+void LstmCellBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& cx = a[2].toTensor();
+  results->push_back(MetaLike(cx, {cx.size(0), 4 * cx.size(1)}));
+  results->push_back(MetaLike(cx, cx.sizes()));
+  results->push_back(a[5].toBool() ? MetaLike(cx, {4 * cx.size(1)}) : at::Tensor());
+}
+
+}  // namespace
+
+MetaOverride FindMetaOverride(const std::string& name) {
+  static const auto* table = new std::unordered_map<std::string, MetaOverride>{
+      {"aten::_thnn_fused_lstm_cell", &LstmCellMeta},
+      {"aten::_thnn_fused_lstm_cell_backward_impl", &LstmCellBackwardMeta},
+      {"aten::convolution_backward_overrideable", &ConvolutionBackwardMeta},
+      {"aten::_thnn_fused_gru_cell", &GruCellMeta},
+      {"aten::_thnn_fused_gru_cell_backward", &GruCellBackwardMeta},
+  };
+  auto it = table->find(name);
+  return it == table->end() ? nullptr : it->second;
+}
+
+}  // namespace torch_pjrt::aten
