@@ -16,6 +16,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "aten/dynamic_shape.h"
 #include "aten/fallback.h"
 #include "aten/lazy_tensor.h"
 #include "aten/meta_overrides.h"
@@ -401,19 +402,6 @@ int FindDevice(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   return device;
 }
 
-bool HasMaskIndices(c10::ArrayRef<c10::IValue> args) {
-  for (const c10::IValue& iv : args) {
-    if (!iv.isList() && !iv.isTensorList()) continue;
-    for (const c10::IValue& e : iv.toListRef()) {
-      if (e.isTensor() && e.toTensor().defined() &&
-          (e.toTensor().scalar_type() == c10::kBool || e.toTensor().scalar_type() == c10::kByte)) {
-        return true;
-      }
-    }
-  }
-  return false;
-}
-
 // An index input of the node being built and the range its values must lie in.
 struct IndexBound {
   int input;
@@ -467,7 +455,7 @@ class LoweredKernel final : public c10::OperatorKernel {
     c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, sig.num_args);
     int device = FindDevice(sig, args);
     if (sig.integer_indices_only && HasMaskIndices(args)) {
-      RunCpuFallback(op, stack, "got boolean-mask indices, whose result depends on the data");
+      RunWithIntegerIndices(op, stack, sig.num_args);  // masks become coordinates on the device
       return;
     }
     MetaCache::Entry meta_entry = CachedMeta(sig, args);

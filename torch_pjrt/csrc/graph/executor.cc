@@ -266,6 +266,7 @@ const char* SyncCauseName(SyncCause c) {
     case SyncCause::kGraphTooLarge: return "graph_too_large";
     case SyncCause::kDeviceCopy: return "device_copy";
     case SyncCause::kEvent: return "event";
+    case SyncCause::kDataDependentShape: return "data_dependent_shape";
     default: return "other";
   }
 }

@@ -157,6 +157,7 @@ const TableData& Data() {
     RegisterIndexingOps(r);
     RegisterFactoryOps(r);
     RegisterRnnOps(r);
+    RegisterDynamicShapeOps(r);
     auto* d = new TableData();
     d->entries = r.entries();
     for (size_t i = 0; i < d->entries.size(); ++i) {

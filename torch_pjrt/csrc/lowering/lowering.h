@@ -112,5 +112,6 @@ void RegisterNNOps(Registry& r);
 void RegisterIndexingOps(Registry& r);
 void RegisterFactoryOps(Registry& r);
 void RegisterRnnOps(Registry& r);
+void RegisterDynamicShapeOps(Registry& r);
 
 }  // namespace torch_pjrt::lowering
