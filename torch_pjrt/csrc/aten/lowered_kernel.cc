@@ -3,6 +3,7 @@
 // (memoized per input signature), non-tensor arguments become node attributes, value scalars
 // become 0-d graph inputs, and in-place / out= variants write the functional result back into
 // their destination storages.
+#include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/WrapDimMinimal.h>
 #include <ATen/native/Resize.h>
@@ -402,6 +403,40 @@ int FindDevice(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   return device;
 }
 
+// The (seed, offset) a random op draws with, as value scalars, advancing the generator past the
+// numbers it uses: the op's Generator argument, or the device's default one (torch's rule). The
+// offset grows at trace time, so every draw of a step is distinct while the graph stays the same.
+Arg RandomState(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const MetaResult& meta, int device,
+                NodeBuilder* b) {
+  std::optional<at::Generator> given;
+  if (sig.generator_arg >= 0) given = args[sig.generator_arg].toOptional<at::Generator>();
+  at::Generator gen = given && given->defined()
+                          ? *given
+                          : at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device));
+  TORCH_CHECK(gen.device().type() == c10::DeviceType::PrivateUse1,
+              "Expected a '", c10::get_privateuse1_backend(), "' device type for generator but found '",
+              gen.device().type(), "'");
+  // Enough counter values for two draws per element of the largest tensor involved (normal
+  // distributions use two uniforms per value), rounded to a multiple of 4 like torch's offsets.
+  int64_t largest = 1;
+  for (const OutSpec& o : meta.outputs) largest = std::max(largest, c10::multiply_integers(o.sizes));
+  for (const c10::IValue& iv : args) {
+    if (iv.isTensor() && iv.toTensor().defined()) largest = std::max(largest, iv.toTensor().numel());
+  }
+  uint64_t increment = (static_cast<uint64_t>(2 * largest) + 3) / 4 * 4;
+  uint64_t seed, offset;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    c10::GeneratorImpl* impl = gen.unsafeGetGeneratorImpl();
+    seed = impl->current_seed();
+    offset = impl->get_offset();
+    impl->set_offset(offset + increment);
+  }
+  std::vector<int64_t> slots{b->AddInput(graph::MakeSlot(device, ElementType::kU64, &seed)),
+                             b->AddInput(graph::MakeSlot(device, ElementType::kU64, &offset))};
+  return b->ListArg(ArgKind::kTensorList, slots);
+}
+
 // An index input of the node being built and the range its values must lie in.
 struct IndexBound {
   int input;
@@ -499,6 +534,7 @@ class LoweredKernel final : public c10::OperatorKernel {
           break;
       }
     }
+    if (sig.random) b.args.push_back(RandomState(sig, args, meta, device, &b));
     std::vector<graph::TensorType> out_types;
     for (const OutSpec& o : meta.outputs) {
       // Undefined results get an invalid type: the lowering may skip them.
@@ -600,6 +636,12 @@ std::vector<std::string> RegisterLoweredKernels() {
     }
     std::vector<c10::OperatorHandle> ops{*functional};
     for (const auto& v : FindVariants(*functional)) ops.push_back(v);
+    for (const std::string& extra : table[i].extra_variants) {
+      size_t d = extra.find('.');
+      auto variant = dispatcher.findSchema({"aten::" + extra.substr(0, d), d == std::string::npos ? "" : extra.substr(d + 1)});
+      if (variant) ops.push_back(*variant);
+      else missing.push_back(extra);
+    }
     for (const c10::OperatorHandle& op : ops) {
       const c10::FunctionSchema& s = op.schema();
       std::string qualified = s.name().substr(6) + (s.overload_name().empty() ? "" : "." + s.overload_name());

@@ -98,6 +98,7 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
   sig.extra_mutations = entry.extra_mutations;
   sig.integer_indices_only = entry.integer_indices_only;
   sig.index_checks = entry.index_checks;
+  sig.random = entry.random;
   for (size_t i = 0; i < sig.num_args; ++i) {
     const c10::Argument& a = s.arguments()[i];
     ArgRole role = RoleOf(a);
@@ -107,6 +108,7 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
       role = ArgRole::kScalarConst;
     }
     sig.roles.push_back(role);
+    if (role == ArgRole::kGenerator) sig.generator_arg = static_cast<int>(i);
     sig.defaults.push_back(a.default_value());
   }
   bool has_out_args = std::any_of(s.arguments().begin(), s.arguments().end(),

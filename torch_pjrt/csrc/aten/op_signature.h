@@ -44,6 +44,8 @@ struct OpSignature {
   bool meta_runs_op = false;                // `op` is an out= op lowered directly (no functional)
   bool integer_indices_only = false;        // boolean index tensors take the CPU path
   std::vector<lowering::IndexArgSpec> index_checks;  // index arguments checked against bounds
+  bool random = false;                      // draws from a pjrt Generator (lowering table)
+  int generator_arg = -1;                   // the Generator? argument, if the schema has one
 
   OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional, c10::OperatorHandle meta)
       : op(std::move(op)), functional(std::move(functional)), meta(std::move(meta)) {}

@@ -128,6 +128,12 @@ Val LowerCtx::scalar(size_t i, ElementType t) const {
   return e.Scalar(a.as_double(), t);
 }
 
+std::pair<Val, Val> LowerCtx::rng_state() const {
+  const Arg& a = arg(num_args_ - 1);
+  if (a.kind != ArgKind::kTensorList || a.len != 2) throw std::logic_error("this op has no random state argument");
+  return {inputs_[pool_[a.start]], inputs_[pool_[a.start + 1]]};
+}
+
 double LowerCtx::scalar_constant(size_t i) const {
   const Arg& a = arg(i);
   if (a.kind == ArgKind::kTensor) throw std::logic_error("argument " + std::to_string(i) + " is a traced value, not a constant");
@@ -137,7 +143,10 @@ double LowerCtx::scalar_constant(size_t i) const {
 // ---------------------------------------------------------------- table
 
 OpLowering& Registry::Add(std::string schema, LowerFn fn) {
-  entries_.push_back(OpLowering{std::move(schema), fn, {}, {}, {}, false, {}});
+  OpLowering entry;
+  entry.schema = std::move(schema);
+  entry.fn = fn;
+  entries_.push_back(std::move(entry));
   return entries_.back();
 }
 
@@ -158,6 +167,7 @@ const TableData& Data() {
     RegisterFactoryOps(r);
     RegisterRnnOps(r);
     RegisterDynamicShapeOps(r);
+    RegisterRandomOps(r);
     auto* d = new TableData();
     d->entries = r.entries();
     for (size_t i = 0; i < d->entries.size(); ++i) {

@@ -45,6 +45,9 @@ class LowerCtx {
   Val scalar(size_t i, ElementType t) const;
   double scalar_constant(size_t i) const;  // structural Scalar arguments only
 
+  // The (seed, offset) of a random op's draw (see OpLowering::random): 0-d values.
+  std::pair<Val, Val> rng_state() const;
+
   size_t num_outputs() const { return num_outs_; }
   const TensorType& out(size_t i = 0) const { return outs_[i]; }
 
@@ -87,6 +90,12 @@ struct OpLowering {
   bool integer_indices_only = false;
   // Index arguments checked against their bounds.
   std::vector<IndexArgSpec> index_checks;
+  // The op draws random numbers: the ATen layer appends one argument, the generator's (seed,
+  // offset) as value scalars (LowerCtx::rng_state), and advances the generator.
+  bool random = false;
+  // Variants that FindVariants cannot pair by name (normal_ for normal_functional), registered
+  // as in-place variants of this op.
+  std::vector<std::string> extra_variants;
 };
 
 class Registry {
@@ -113,5 +122,6 @@ void RegisterIndexingOps(Registry& r);
 void RegisterFactoryOps(Registry& r);
 void RegisterRnnOps(Registry& r);
 void RegisterDynamicShapeOps(Registry& r);
+void RegisterRandomOps(Registry& r);
 
 }  // namespace torch_pjrt::lowering
