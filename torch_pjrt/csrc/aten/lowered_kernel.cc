@@ -62,6 +62,16 @@ uint64_t HashTensor(uint64_t h, const at::Tensor& t) {
   return h;
 }
 
+// A non-empty list of Python numbers (Scalar[]).
+bool IsScalarList(const c10::IValue& list) {
+  // int[], float[] and bool[] arguments are typed lists (structural); Scalar[] is a generic one.
+  if (!list.isList() || list.isIntList() || list.isDoubleList() || list.isBoolList()) return false;
+  for (const c10::IValue& e : list.toListRef()) {
+    if (!(e.isDouble() || e.isInt() || e.isBool() || e.isComplexDouble())) return false;
+  }
+  return !list.toListRef().empty();
+}
+
 // Hashes everything about an argument that can change the Meta kernel's result: dtypes, sizes,
 // strides, structural values, the *kind* of value scalars (never their value), and also the
 // arguments the trace ignores (memory_format decides the result's strides, layout and device
@@ -101,7 +111,9 @@ uint64_t HashIValue(uint64_t h, const c10::IValue& iv, ArgRole role) {
   }
   if (iv.isList()) {
     h = Mix(h, 0x9);
-    for (const c10::IValue& e : iv.toListRef()) h = HashIValue(h, e, ArgRole::kPlain);
+    // Scalar[] elements are values (see PlainArg): only their kinds matter.
+    ArgRole elements = IsScalarList(iv) ? ArgRole::kScalarValue : ArgRole::kPlain;
+    for (const c10::IValue& e : iv.toListRef()) h = HashIValue(h, e, elements);
     return h;
   }
   if (iv.isDoubleList()) {
@@ -146,8 +158,15 @@ OutSpec SpecOf(const at::Tensor& t) {
                  c10::SmallVector<int64_t, 6>(t.strides().begin(), t.strides().end())};
 }
 
+// "aten::name.overload" of the functional op of `sig`.
+std::string FunctionalName(const OpSignature& sig) {
+  const c10::FunctionSchema& s = sig.functional.schema();
+  return s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
+}
+
 MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   c10::DispatchKeySet meta_keys(c10::DispatchKey::Meta);
+  MetaOverride override_fn = nullptr;
   MetaResult result;
   torch::jit::Stack stack;
   if (sig.meta_runs_op) {
@@ -160,7 +179,8 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
     sig.op.redispatchBoxed(meta_keys, &stack);
   } else {
     for (size_t i = 0; i < sig.num_functional_args; ++i) stack.push_back(ToMetaIValue(args[i]));
-    if (MetaOverride override_fn = FindMetaOverride(sig.name)) {
+    override_fn = FindMetaOverride(FunctionalName(sig));
+    if (override_fn != nullptr) {
       torch::jit::Stack results;
       override_fn(stack, &results);
       stack = std::move(results);
@@ -178,7 +198,8 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
       for (const at::Tensor& t : r.toTensorList()) result.outputs.push_back(SpecOf(t));
     }
   }
-  if (sig.variant != Variant::kFunctional && !sig.meta_runs_op) {
+  // (Ops with a Meta override have no Meta kernel for their variants either.)
+  if (sig.variant != Variant::kFunctional && !sig.meta_runs_op && override_fn == nullptr) {
     // The variant's own Meta kernel performs torch's checks (in-place broadcast and dtype
     // casting rules, out= dtype rules) with torch's messages. Out tensors are passed empty so
     // their resize warning comes from the real resize below, once per call.
@@ -359,6 +380,15 @@ struct NodeBuilder {
         v.push_back(bits);
       }
       return ListArg(ArgKind::kDoubleList, v);
+    }
+    if (iv.isList() && IsScalarList(iv)) {
+      // Scalar[] (optimizers' per-parameter step sizes): each element a value, never a constant.
+      std::vector<int64_t> items;
+      for (const c10::IValue& e : iv.toListRef()) {
+        Arg value = ScalarArg(e, /*structural=*/false);
+        items.push_back(value.payload);
+      }
+      return ListArg(ArgKind::kValueList, items);
     }
     if (iv.isTensorList() || iv.isList()) {
       std::vector<int64_t> items;
@@ -587,22 +617,38 @@ class LoweredKernel final : public c10::OperatorKernel {
         break;
       }
       case Variant::kInplace: {
-        const at::Tensor& self = args[0].toTensor();
-        if (self.numel() > 0) {
-          WriteValue(self, Coerce(values[0], ToElementType(self.scalar_type()), self.sizes(), device));
+        // Every argument the op writes takes the next results, in schema order; a list takes
+        // one per element (_foreach_add_, _fused_adam_).
+        size_t next = 0;
+        auto write = [&](const at::Tensor& t) {
+          const graph::Value& v = values[next++];
+          if (t.numel() > 0) WriteValue(t, Coerce(v, ToElementType(t.scalar_type()), t.sizes(), device));
+        };
+        for (int a : sig.written_args) {
+          if (args[a].isTensor()) {
+            write(args[a].toTensor());
+          } else {
+            for (const c10::IValue& e : args[a].toListRef()) write(e.toTensor());
+          }
         }
-        returns.push_back(args[0]);
+        if (!sig.returns_nothing) returns.push_back(args[0]);
         break;
       }
       case Variant::kOut: {
-        for (size_t j = 0; j < sig.out_args.size(); ++j) {
-          const at::Tensor& out = args[sig.out_args[j]].toTensor();
-          const OutSpec& o = meta.outputs[j];
+        size_t next = 0;
+        auto write = [&](const at::Tensor& out) {
+          const OutSpec& o = meta.outputs[next];
+          const graph::Value& v = values[next++];
           at::native::resize_output(out, o.sizes);
-          if (out.numel() > 0) {
-            WriteValue(out, Coerce(values[j], ToElementType(out.scalar_type()), out.sizes(), device));
+          if (out.numel() > 0) WriteValue(out, Coerce(v, ToElementType(out.scalar_type()), out.sizes(), device));
+        };
+        for (int a : sig.out_args) {
+          if (args[a].isTensor()) {
+            write(args[a].toTensor());
+          } else {
+            for (const c10::IValue& e : args[a].toListRef()) write(e.toTensor());
           }
-          returns.push_back(args[sig.out_args[j]]);
+          if (!sig.returns_nothing) returns.push_back(args[a]);
         }
         break;
       }

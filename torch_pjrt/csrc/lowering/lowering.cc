@@ -134,6 +134,22 @@ std::pair<Val, Val> LowerCtx::rng_state() const {
   return {inputs_[pool_[a.start]], inputs_[pool_[a.start + 1]]};
 }
 
+std::vector<Val> LowerCtx::LowerElement(size_t k, std::vector<Val> (*fn)(LowerCtx&),
+                                        const std::vector<Arg>* replaced) const {
+  std::vector<Arg> args = replaced ? *replaced : std::vector<Arg>(args_, args_ + num_args_);
+  for (Arg& a : args) {
+    if (a.kind == ArgKind::kTensorList) {
+      int64_t input = pool_[a.start + k];
+      a = input < 0 ? Arg::None() : Arg::Tensor(static_cast<int>(input));
+    } else if (a.kind == ArgKind::kValueList) {
+      a = Arg::Tensor(static_cast<int>(pool_[a.start + k]));
+      a.start = 1;  // a Python number: promotes like one
+    }
+  }
+  LowerCtx element(e, args.data(), args.size(), pool_, inputs_, outs_ + k, 1, entry_);
+  return fn(element);
+}
+
 double LowerCtx::scalar_constant(size_t i) const {
   const Arg& a = arg(i);
   if (a.kind == ArgKind::kTensor) throw std::logic_error("argument " + std::to_string(i) + " is a traced value, not a constant");
@@ -141,6 +157,13 @@ double LowerCtx::scalar_constant(size_t i) const {
 }
 
 // ---------------------------------------------------------------- table
+
+bool Registry::Has(std::string_view schema) const {
+  for (const OpLowering& e : entries_) {
+    if (e.schema == schema) return true;
+  }
+  return false;
+}
 
 OpLowering& Registry::Add(std::string schema, LowerFn fn) {
   OpLowering entry;
@@ -168,6 +191,8 @@ const TableData& Data() {
     RegisterRnnOps(r);
     RegisterDynamicShapeOps(r);
     RegisterRandomOps(r);
+    RegisterOptimizerOps(r);
+    RegisterForeachOps(r);
     auto* d = new TableData();
     d->entries = r.entries();
     for (size_t i = 0; i < d->entries.size(); ++i) {

@@ -15,9 +15,9 @@ namespace torch_pjrt::lowering {
 class LowerCtx {
  public:
   LowerCtx(Emitter& e, const Arg* args, size_t num_args, const int64_t* pool, const Val* inputs,
-           const TensorType* outs, size_t num_outs)
+           const TensorType* outs, size_t num_outs, const struct OpLowering* entry = nullptr)
       : e(e), args_(args), num_args_(num_args), pool_(pool), inputs_(inputs), outs_(outs),
-        num_outs_(num_outs) {}
+        num_outs_(num_outs), entry_(entry) {}
 
   Emitter& e;
 
@@ -51,6 +51,15 @@ class LowerCtx {
   size_t num_outputs() const { return num_outs_; }
   const TensorType& out(size_t i = 0) const { return outs_[i]; }
 
+  // The table entry being lowered (null for lowerings called directly).
+  const struct OpLowering* entry() const { return entry_; }
+  // Lowers element k of a list op (_foreach_add.List, one result per list element) with the
+  // single-tensor lowering `fn`: every Tensor[]/Scalar[] argument becomes its k-th tensor or
+  // value, other arguments stay, and the output is out(k). `args` replaces the arguments first
+  // when the element op's schema differs (see foreach.cc).
+  std::vector<Val> LowerElement(size_t k, std::vector<Val> (*fn)(LowerCtx&),
+                                const std::vector<Arg>* args = nullptr) const;
+
  private:
   const Arg* args_;
   size_t num_args_;
@@ -58,6 +67,7 @@ class LowerCtx {
   const Val* inputs_;
   const TensorType* outs_;
   size_t num_outs_;
+  const struct OpLowering* entry_;
 };
 
 using LowerFn = std::vector<Val> (*)(LowerCtx&);
@@ -96,12 +106,17 @@ struct OpLowering {
   // Variants that FindVariants cannot pair by name (normal_ for normal_functional), registered
   // as in-place variants of this op.
   std::vector<std::string> extra_variants;
+  // float arguments that enter the graph as values instead of constants (an optimizer's lr).
+  std::vector<int> value_args;
+  // A list op applying another op's lowering to each element (_foreach_add.List: "add.Tensor").
+  std::string foreach_of;
 };
 
 class Registry {
  public:
   OpLowering& Add(std::string schema, LowerFn fn);
   const std::vector<OpLowering>& entries() const { return entries_; }
+  bool Has(std::string_view schema) const;
 
  private:
   std::vector<OpLowering> entries_;
@@ -123,5 +138,7 @@ void RegisterFactoryOps(Registry& r);
 void RegisterRnnOps(Registry& r);
 void RegisterDynamicShapeOps(Registry& r);
 void RegisterRandomOps(Registry& r);
+void RegisterOptimizerOps(Registry& r);
+void RegisterForeachOps(Registry& r);  // last: it pairs with ops registered before it
 
 }  // namespace torch_pjrt::lowering
