@@ -154,7 +154,13 @@ Dims NormDims(const Dims& dims, int64_t rank, bool empty_means_all) {
 }
 
 Val Coerce(Emitter& e, const Val& v, const Dims& dims, ElementType t) {
-  return e.BroadcastTo(e.Convert(v, t), dims);
+  Val converted = e.Convert(v, t);
+  if (v.dtype() == ElementType::kBool && (IsFloating(t) || IsComplex(t))) {
+    // XLA rewrites convert(pred) * x into select(pred, x, 0) (and similarly for divide), which is
+    // 0 where torch computes False * inf = NaN. The barrier hides the convert from that rewrite.
+    converted = e.OptimizationBarrier(converted);
+  }
+  return e.BroadcastTo(converted, dims);
 }
 
 Val KeepDims(Emitter& e, const Val& reduced, const Dims& input_dims, const Dims& reduced_dims) {
