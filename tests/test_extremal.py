@@ -21,6 +21,7 @@ checks that every elementwise/reduction/scan/normalization schema in it is reach
 No sort op is lowered (sort/topk/argsort take the CPU fallback), so there is no sort case.
 """
 import contextlib
+import math
 
 import pytest
 import torch
@@ -90,9 +91,11 @@ def triples(dtype):
     return a, b, c
 
 
-def rows(dtype):
+def rows(dtype, tiny_row=True):
     """Rows of 8 for reductions, each a different extremal mix whose reduction does not depend on
-    the order of evaluation (no +max and -max in one row, no sums that only cancel in one order)."""
+    the order of evaluation (no +max and -max in one row, no sums that only cancel in one order).
+    Normalizations go without the row of smallest normals: its mean and variance are denormals,
+    which XLA:CPU flushes, so its normalized values legitimately differ from CPU eager's by O(1)."""
     if dtype == torch.bool:
         r = [[False] * 8, [True] * 8, [True, False] * 4, [False] * 7 + [True], [True] + [False] * 7]
         return torch.tensor(r)
@@ -112,7 +115,7 @@ def rows(dtype):
             [-fi.max, -1.0, -fi.max, -2.0, -0.5, -fi.max, -3.0, -1.0],
             [-0.0] * 8,
             [0.0, -0.0, 0.0, -0.0, -0.0, 0.0, -0.0, 0.0],
-            [fi.tiny, -fi.tiny, fi.tiny, 0.0, fi.tiny, fi.tiny, -0.0, fi.tiny],
+            [fi.tiny, -fi.tiny, fi.tiny, 0.0, fi.tiny, fi.tiny, -0.0, fi.tiny] if tiny_row else [1.0] * 8,
             [3.0, 3.0, -1.0, 3.0, -1.0, 2.0, 3.0, -1.0],
             [-5.0, -0.5, -7.0, -2.0, -1.5, -3.0, -1.0, -4.0],
         ]
@@ -151,9 +154,15 @@ def _scalars(x, fn, scalars):
     return torch.stack([fn(x, s) for s in scalars]) if scalars else fn(x, 1)
 
 
-def python_scalars(dtype):
-    """Python numbers to combine with a tensor: exact in every dtype's promotion."""
-    return [0, 1, -1, 2, 3, -7, 0.5, -0.0, 2.5, NAN, INF, -INF, True, False]
+def python_scalars(o, dtype):
+    """Python numbers to combine with a tensor. Each kind of number (int, float, bool) is another
+    graph to compile, so bools only go to the ops where they have rules of their own. Ops that
+    store the number into the tensor (masked_fill) get only numbers the dtype can hold
+    (masked_fill_overflow checks the others)."""
+    out = [0, 1, -1, 2, 3, -7, 0.5, -0.0, 2.5, NAN, INF, -INF] + ([True, False] if o.bool_scalars else [])
+    if o.stores_scalar and not dtype.is_floating_point:
+        out = [v for v in out if math.isfinite(v)]
+    return out
 
 
 class Op:
@@ -168,10 +177,15 @@ class Op:
     """
 
     def __init__(self, name, fn, kind, schemas, exact=False, tol=1, domain=None, signed_zeros=True, scale=None,
-                 atol_eps=0, alt=None):
+                 atol_eps=0, alt=None, bool_scalars=False, stores_scalar=False):
         self.name, self.fn, self.kind, self.schemas = name, fn, kind, schemas
         self.exact, self.tol, self.domain, self.signed_zeros = exact, tol, domain, signed_zeros
-        self.scale, self.atol_eps, self.alt = scale, atol_eps, alt
+        self.scale, self.atol_eps, self.alt, self.bool_scalars = scale, atol_eps, alt, bool_scalars
+        self.stores_scalar = stores_scalar
+        if kind in ("rows", "norm", "each"):
+            # The sign of a zero that a reduction or normalization returns depends on how its
+            # formula is arranged (CPU eager's layer_norm computes x * rstd + (-mean * rstd)).
+            self.signed_zeros = False
 
 
 OPS = []
@@ -232,7 +246,8 @@ op("logical_or", torch.logical_or, "binary", "logical_or")
 op("logical_xor", torch.logical_xor, "binary", "logical_xor")
 for _cmp in ["eq", "ne", "lt", "le", "gt", "ge"]:
     op(_cmp, getattr(torch, _cmp), "binary", f"{_cmp}.Tensor")
-    op(f"{_cmp}_scalar", lambda x, s, f=getattr(torch, _cmp): f(x, s), "scalar", f"{_cmp}.Scalar")
+    op(f"{_cmp}_scalar", lambda x, s, f=getattr(torch, _cmp): f(x, s), "scalar", f"{_cmp}.Scalar",
+       bool_scalars=_cmp in ("eq", "ne"))
 op("clamp_tensor", lambda a, b: torch.clamp(a, min=b), "binary", "clamp_min.Tensor", exact=True, signed_zeros=False)
 op("clamp_max_tensor", lambda a, b: torch.clamp(a, max=b), "binary", "clamp_max.Tensor", exact=True, signed_zeros=False)
 op("clamp_both_tensor", lambda a, b, c: torch.clamp(a, b, c), "ternary", "clamp.Tensor", exact=True, signed_zeros=False)
@@ -240,7 +255,12 @@ op("clamp_scalar", lambda x, s: torch.clamp(x, s, 3), "scalar", "clamp", exact=T
 op("clamp_min_scalar", lambda x, s: torch.clamp(x, min=s), "scalar", "clamp_min", exact=True, signed_zeros=False)
 op("clamp_max_scalar", lambda x, s: torch.clamp(x, max=s), "scalar", "clamp_max", exact=True, signed_zeros=False)
 op("where", lambda c, a, b: torch.where(c != 0, a, b), "ternary", ["where.self", "ne.Scalar"], exact=True)
+# An in-range fill, then one the dtype cannot hold (a RuntimeError on CPU for integer types). The
+# input has a length of its own, so no other test shares its meta-kernel memo entry.
+op("masked_fill_overflow", lambda x: (x[1:].masked_fill(x[1:] > 1, 0.5), x[1:].masked_fill(x[1:] > 1, INF)), "unary",
+   ["masked_fill.Scalar", "gt.Scalar"], exact=True)
 op("masked_fill_scalar", lambda x, s: x.masked_fill(x > 1, s), "scalar", ["masked_fill.Scalar", "gt.Scalar"],
+   bool_scalars=True, stores_scalar=True,
    exact=True)
 op("masked_fill_tensor", lambda a, b: a.masked_fill(a > b, b[3]), "binary", ["masked_fill.Tensor", "gt.Tensor"],
    exact=True)
@@ -256,10 +276,10 @@ op("pow_scalar_base", lambda x, s: torch.pow(s, x), "scalar", "pow.Scalar", tol=
 for _p in [2, 3, 0.5, -0.5, -1, 0, 1.5, -2]:
     op(f"pow_exp_{_p}", lambda x, p=_p: torch.pow(x, p), "unary", "pow.Tensor_Scalar",
        exact=_p in (2, 0, -1), tol=4)
-op("add_scalar", lambda x, s: x + s, "scalar", "add.Tensor", exact=True)
-op("mul_scalar", lambda x, s: x * s, "scalar", "mul.Tensor", exact=True)
+op("add_scalar", lambda x, s: x + s, "scalar", "add.Tensor", exact=True, bool_scalars=True)
+op("mul_scalar", lambda x, s: x * s, "scalar", "mul.Tensor", exact=True, bool_scalars=True)
 op("div_scalar", lambda x, s: x / s, "scalar", "div.Tensor", exact=True)
-op("rsub_scalar", lambda x, s: s - x, "scalar", "rsub.Tensor", exact=True)
+op("rsub_scalar", lambda x, s: s - x, "scalar", "rsub.Tensor", exact=True, bool_scalars=True)
 
 # Unary math.
 _UNARY = {
@@ -326,42 +346,47 @@ op("hardswish_backward", aten.hardswish_backward, "binary", "hardswish_backward"
 # Reductions over rows (dim=1), over the transposed rows (dim=0 of a non-contiguous input), and
 # over everything per row.
 def per_row(fn):
-    return lambda m: torch.stack([fn(r) for r in m.unbind(0)])
+    """A full reduction, applied to each row (as its own tensor: see run())."""
+    return fn
 
 
 def both_dims(fn):
     return lambda m: (fn(m, 1), fn(m.t(), 0))
 
 
-op("sum", per_row(torch.sum), "rows", "sum")
+op("sum", per_row(torch.sum), "each", "sum")
 op("sum_dim", both_dims(lambda m, d: m.sum(d)), "rows", "sum.dim_IntList")
 # (Integer rows summed as float64 would depend on the summation order past 2**53.)
 op("sum_keepdim_dtype", lambda m: m.sum(1, keepdim=True, dtype=torch.float64 if m.is_floating_point() else torch.int64),
    "rows", "sum.dim_IntList")
-op("mean", per_row(torch.mean), "rows", "mean")
+op("mean", per_row(torch.mean), "each", "mean")
 op("mean_dim", both_dims(lambda m, d: m.mean(d)), "rows", "mean.dim")
 op("amax", both_dims(lambda m, d: m.amax(d)), "rows", "amax", exact=True, signed_zeros=False)
 op("amin", both_dims(lambda m, d: m.amin(d, keepdim=True)), "rows", "amin", exact=True, signed_zeros=False)
-op("max", per_row(torch.max), "rows", "max", exact=True, signed_zeros=False)
-op("min", per_row(torch.min), "rows", "min", exact=True, signed_zeros=False)
+op("max", per_row(torch.max), "each", "max", exact=True, signed_zeros=False)
+op("min", per_row(torch.min), "each", "min", exact=True, signed_zeros=False)
 op("max_dim", both_dims(lambda m, d: tuple(m.max(d))), "rows", "max.dim", exact=True, signed_zeros=False)
 op("min_dim", both_dims(lambda m, d: tuple(m.min(d, keepdim=True))), "rows", "min.dim", exact=True, signed_zeros=False)
 op("argmax", both_dims(lambda m, d: m.argmax(d)), "rows", "argmax")
 op("argmin", both_dims(lambda m, d: m.argmin(d)), "rows", "argmin")
-op("argmax_all", per_row(torch.argmax), "rows", "argmax")
-op("argmin_all", per_row(torch.argmin), "rows", "argmin")
-op("prod", per_row(torch.prod), "rows", "prod", tol=4)
+op("argmax_all", per_row(torch.argmax), "each", "argmax")
+op("argmin_all", per_row(torch.argmin), "each", "argmin")
+op("prod", per_row(torch.prod), "each", "prod", tol=4)
 op("prod_dim", both_dims(lambda m, d: m.prod(d)), "rows", "prod.dim_int", tol=4)
 op("var", both_dims(lambda m, d: m.var(d)), "rows", "var.correction", tol=16)
 op("std_unbiased_false", both_dims(lambda m, d: m.std(d, unbiased=False)), "rows", "std.correction", tol=16)
+# CPU eager's var_mean computes the mean by Welford's method, which makes it NaN for a row holding
+# an infinity unless that comes last (mean([1, inf]) is inf, mean([inf, 1]) NaN); torch.mean's
+# value (inf) is accepted there too.
 op("var_mean", both_dims(lambda m, d: tuple(torch.var_mean(m, d, correction=0))), "rows", "var_mean.correction",
-   tol=16)
-op("std_mean", both_dims(lambda m, d: tuple(torch.std_mean(m, d))), "rows", "std_mean.correction", tol=16)
+   tol=16, alt=both_dims(lambda m, d: (torch.var(m, d, correction=0), m.mean(d))))
+op("std_mean", both_dims(lambda m, d: tuple(torch.std_mean(m, d))), "rows", "std_mean.correction", tol=16,
+   alt=both_dims(lambda m, d: (torch.std(m, d), m.mean(d))))
 for _ord in [2, 1, 0, INF, -INF, 3, 0.5]:
     op(f"vector_norm_{_ord}", both_dims(lambda m, d, o=_ord: torch.linalg.vector_norm(m, o, d)), "rows",
        "linalg_vector_norm", tol=8)
-op("any", per_row(torch.any), "rows", "any")
-op("all", per_row(torch.all), "rows", "all")
+op("any", per_row(torch.any), "each", "any")
+op("all", per_row(torch.all), "each", "all")
 op("any_dim", both_dims(lambda m, d: m.any(d)), "rows", "any.dim")
 op("all_dim", both_dims(lambda m, d: m.all(d)), "rows", "all.dim")
 op("any_dims", lambda m: torch.any(m.view(-1, 2, 4), dim=(1, 2)), "rows", "any.dims")
@@ -371,26 +396,49 @@ op("cumsum", both_dims(lambda m, d: torch.cumsum(m, d)), "rows", "cumsum", tol=4
 op("cumsum_f64", lambda m: torch.cumsum(m, 1, dtype=torch.float64), "rows", "cumsum", tol=4)
 op("softmax", both_dims(lambda m, d: torch.softmax(m, d)), "rows", "_softmax", tol=8)
 op("log_softmax", both_dims(lambda m, d: torch.log_softmax(m, d)), "rows", "_log_softmax", tol=8)
+# y * (g - sum(g * y)) cancels: ulps of y * (|g| + |sum(g * y)|).
 op("softmax_backward", lambda m: aten._softmax_backward_data(m.flip(1), torch.softmax(m, 1), 1, m.dtype), "rows",
-   ["_softmax_backward_data", "_softmax"], tol=16)
+   ["_softmax_backward_data", "_softmax"], tol=16,
+   scale=lambda m: torch.softmax(m, 1) * (m.flip(1).abs() + (m.flip(1) * torch.softmax(m, 1)).abs().sum(1, keepdim=True)))
+# g - exp(y) * sum(g) cancels, and y (the half-precision log_softmax) carries an ulp of |y|.
 op("log_softmax_backward",
    lambda m: aten._log_softmax_backward_data(m.flip(1), torch.log_softmax(m, 1), 1, m.dtype), "rows",
-   ["_log_softmax_backward_data", "_log_softmax"], tol=16)
+   ["_log_softmax_backward_data", "_log_softmax"], tol=16,
+   scale=lambda m: m.flip(1).abs() + (torch.log_softmax(m, 1).exp() * (1 + torch.log_softmax(m, 1).abs()))
+   * m.flip(1).sum(1, keepdim=True).abs())
 
-# Normalization: each row is a channel (batch norm), a normalized row (layer norm) or a group.
-op("batch_norm_train", lambda m: F.batch_norm(m.unsqueeze(0), None, None, training=True), "rows",
-   ["native_batch_norm", "_native_batch_norm_legit.no_stats"], tol=16)
+# Normalization: each row is a channel (batch norm), a normalized row (layer norm) or a group. The
+# results are (x - mean) * rstd * w + b, which CPU eager computes as x * (rstd * w) + (b - mean * rstd * w):
+# ulps of (|x| + |mean|) * rstd * |w| + |b|.
+def norm_scale(x, w=None, b=None, rm=None, rv=None):
+    """x: [groups, n] (statistics per row), or given running stats."""
+    mean = x.mean(1, keepdim=True) if rm is None else rm.view(-1, 1)
+    var = x.var(1, unbiased=False, keepdim=True) if rv is None else rv.view(-1, 1)
+    s = (x.abs() + mean.abs()) / (var + 1e-5).sqrt()
+    if w is not None:
+        s = s * w.abs()
+    return s if b is None else s + b.abs()
+
+
+op("batch_norm_train", lambda m: F.batch_norm(m.unsqueeze(0), None, None, training=True), "norm",
+   ["native_batch_norm", "_native_batch_norm_legit.no_stats"], tol=16, scale=norm_scale)
 op("batch_norm_train_stats",
    lambda m: (lambda rm, rv: (F.batch_norm(m.unsqueeze(0), rm, rv, m[:, 0], m[:, 1], training=True), rm, rv))(
-       m[:, 2].clone(), m[:, 3].abs().clone()), "rows", ["_native_batch_norm_legit", "native_batch_norm"], tol=16)
-op("batch_norm_eval", lambda m: F.batch_norm(m.unsqueeze(0), m[:, 2], m[:, 3].abs(), m[:, 0], m[:, 1]), "rows",
-   ["_native_batch_norm_legit_no_training"], tol=16)
-op("layer_norm", lambda m: F.layer_norm(m, (8,)), "rows", "native_layer_norm", tol=16)
-op("layer_norm_affine", lambda m: F.layer_norm(m, (8,), m[0], m[1]), "rows", "native_layer_norm", tol=16)
-op("group_norm", lambda m: F.group_norm(m.unsqueeze(0), m.shape[0]), "rows", "native_group_norm", tol=16)
+       m[:, 2].clone(), m[:, 3].abs().clone()), "norm", ["_native_batch_norm_legit", "native_batch_norm"], tol=16,
+   scale=lambda m: norm_scale(m, m[:, :1], m[:, 1:2]))
+op("batch_norm_eval", lambda m: F.batch_norm(m.unsqueeze(0), m[:, 2], m[:, 3].abs(), m[:, 0], m[:, 1]), "norm",
+   ["_native_batch_norm_legit_no_training"], tol=16,
+   scale=lambda m: norm_scale(m, m[:, :1], m[:, 1:2], m[:, 2], m[:, 3].abs()))
+op("layer_norm", lambda m: F.layer_norm(m, (8,)), "norm", "native_layer_norm", tol=16, scale=norm_scale)
+op("layer_norm_affine", lambda m: F.layer_norm(m, (8,), m[0], m[1]), "norm", "native_layer_norm", tol=16,
+   scale=lambda m: norm_scale(m, m[0], m[1]))
+op("group_norm", lambda m: F.group_norm(m.unsqueeze(0), m.shape[0]), "norm", "native_group_norm", tol=16,
+   scale=norm_scale)
 op("group_norm_affine", lambda m: F.group_norm(m.view(2, -1, 8), 2, m[:, 0].view(-1)[: m.shape[0] // 2],
                                                    m[:, 1].view(-1)[: m.shape[0] // 2]),
-   "rows", "native_group_norm", tol=16)
+   "norm", "native_group_norm", tol=16,
+   scale=lambda m: norm_scale(m.reshape(2, -1), None, None).view(2, -1, 8)
+   * m[:, 0][: m.shape[0] // 2].abs().view(1, -1, 1) + m[:, 1][: m.shape[0] // 2].abs().view(1, -1, 1))
 
 OPS_BY_NAME = {o.name: o for o in OPS}
 assert len(OPS_BY_NAME) == len(OPS)
@@ -514,8 +562,8 @@ def assert_same(actual, expected, o, what, more=(), scale=None):
         assert a.dtype == e.dtype, f"{what}[{i}]: dtype {a.dtype} != {e.dtype}"
         assert a.shape == e.shape, f"{what}[{i}]: shape {tuple(a.shape)} != {tuple(e.shape)}"
     actual = [a.cpu() if isinstance(a, torch.Tensor) else a for a in actual]
-    scales = [scale if scale is not None and isinstance(e, torch.Tensor) and scale.shape == e.shape else None
-              for e in expected]
+    scales = [scale.reshape(e.shape) if scale is not None and isinstance(e, torch.Tensor)
+              and scale.numel() == e.numel() else None for e in expected]
     oks = [_matches(a, e, o, sc) if isinstance(e, torch.Tensor) else None
            for a, e, sc in zip(actual, expected, scales)]
     refs = iter(more)
@@ -552,13 +600,31 @@ def inputs_for(o, dtype):
         return [vec(dtype)]
     if o.kind == "rows":
         return [rows(dtype)]
+    if o.kind == "each":
+        return [r.clone() for r in rows(dtype).unbind(0)]
+    if o.kind == "norm":
+        return [rows(dtype, tiny_row=False)]
     raise ValueError(o.kind)
 
 
 def run(o, args):
+    """o's results for `args`. Calls that differ only in a value (a Python scalar, the row reduced)
+    run one by one on pjrt, each synchronized: they are then one compiled graph run many times, where
+    traced together they would be one graph of many ops to compile (compiling dominates this file's
+    run time)."""
+    on_pjrt = args[0].device.type == "pjrt"
     if o.kind == "scalar":
-        return [o.fn(args[0], s) for s in python_scalars(args[0].dtype)]
-    return o.fn(*args)
+        calls = [lambda s=s: o.fn(args[0], s) for s in python_scalars(o, args[0].dtype)]
+    elif o.kind == "each":
+        calls = [lambda r=r: o.fn(r) for r in args]
+    else:
+        return o.fn(*args)
+    out = []
+    for call in calls:
+        out.append(call())
+        if on_pjrt:
+            torch.pjrt.synchronize()
+    return out
 
 
 def to_pjrt(args):
@@ -576,20 +642,78 @@ def check_op(o, dtype, cpu_args):
         cpu_error = None
     except Exception as e:  # noqa: BLE001 - any CPU error must be matched by type
         cpu_error = e
-    dev_args = to_pjrt(cpu_args)
-    torch.pjrt.metrics.reset()
     if cpu_error is not None:
         with pytest.raises(type(cpu_error)):
-            sync(run(o, dev_args))
+            sync(run(o, to_pjrt(cpu_args)))
         return
-    actual = run(o, dev_args)
+    torch.pjrt.metrics.reset()
+    actual = run(o, to_pjrt(cpu_args))
+    fallbacks = torch.pjrt.metrics.fallbacks()
     scale = o.scale(*[a.double() for a in cpu_args]).abs() if o.scale is not None else None
     assert_same(actual, expected, o, f"{o.name}[{NAME.get(dtype, dtype)}]", references(o, cpu_args), scale)
-    assert torch.pjrt.metrics.fallbacks() == {}, f"fell back to the CPU: {torch.pjrt.metrics.fallbacks()}"
+    assert fallbacks == {}, f"fell back to the CPU: {fallbacks}"
 
 
-# Known differences, each a strict xfail with its cause (see the report in docs/fuzz.md).
-XFAIL = {}
+# Known differences, each a strict xfail with its cause. Neither can be fixed in a lowering: both
+# are in aten/lowered_kernel.cc, which decides at call time whether an op raises.
+NO_DTYPE_CHECK = (
+    "CPU eager raises NotImplementedError (its kernel has no implementation for this dtype); pjrt checks "
+    "no dtypes when the op is called: torch's Meta kernel accepts the dtype, aten/lowered_kernel.cc records "
+    "the node, and the graph computes a value or fails to compile (RuntimeError). Needs a per-op dtype "
+    "check at call time in lowered_kernel.cc.")
+NOT_IMPLEMENTED_ON_CPU = {
+    "abs": "bool",
+    "addcmul": "bool",
+    "batch_norm_eval": "bool uint8 int8 int16 int32 int64",
+    "batch_norm_train_stats": "bool",
+    "bitwise_and": "float16 bfloat16 float32 float64",
+    "bitwise_not": "float16 bfloat16 float32 float64",
+    "bitwise_or": "float16 bfloat16 float32 float64",
+    "bitwise_xor": "float16 bfloat16 float32 float64",
+    "ceil": "bool",
+    "clamp_both_tensor": "bool",
+    "div_trunc": "bool",
+    "elu_backward": "bool uint8 int8 int16 int32 int64",
+    "elu_backward_result": "bool uint8 int8 int16 int32 int64",
+    "floor": "bool",
+    "fmod": "bool",
+    "frac": "uint8 int8 int16 int32 int64",
+    "gelu": "bool uint8 int8 int16 int32 int64",
+    "gelu_backward": "bool uint8 int8 int16 int32 int64",
+    "gelu_backward_tanh": "bool uint8 int8 int16 int32 int64",
+    "gelu_tanh": "bool uint8 int8 int16 int32 int64",
+    "hardsigmoid": "bool uint8 int8 int16 int32 int64",
+    "hardsigmoid_backward": "bool uint8 int8 int16 int32 int64",
+    "hardswish": "bool uint8 int8 int16 int32 int64",
+    "hardswish_backward": "bool uint8 int8 int16 int32 int64",
+    "hardtanh_backward": "bool uint8 int8 int16 int32 int64",
+    "leaky_relu_backward": "bool uint8 int8 int16 int32 int64",
+    "lerp_scalar": "bool uint8 int8 int16 int32 int64",
+    "lerp_tensor": "bool uint8 int8 int16 int32 int64",
+    "log_softmax": "uint8 int8 int16 int32 int64",
+    "log_softmax_backward": "uint8 int8 int16 int32 int64",
+    "mish": "bool uint8 int8 int16 int32 int64",
+    "pow": "bool",
+    "remainder": "bool",
+    "round": "bool",
+    "sigmoid_backward": "bool uint8 int8 int16 int32 int64",
+    "silu": "bool uint8 int8 int16 int32 int64",
+    "silu_backward": "bool uint8 int8 int16 int32 int64",
+    "softmax": "bool uint8 int8 int16 int32 int64",
+    "softmax_backward": "bool uint8 int8 int16 int32 int64",
+    "softplus": "bool uint8 int8 int16 int32 int64",
+    "softplus_backward": "bool uint8 int8 int16 int32 int64",
+    "softplus_beta": "bool uint8 int8 int16 int32 int64",
+    "tanh_backward": "bool uint8 int8 int16 int32 int64",
+    "threshold_backward": "bool",
+    "trunc": "bool",
+}
+VALUE_CHECK_MEMOIZED = (
+    "aten/lowered_kernel.cc memoizes Meta results keyed by the kind of a value Scalar, not its value: after "
+    "masked_fill(int tensor, 0.5) passes, masked_fill(int tensor, inf) skips the Meta check that raises "
+    "'value cannot be converted to type ... without overflow' on CPU, and pjrt stores a converted value.")
+XFAIL = {(name, dtype): NO_DTYPE_CHECK for name, dtypes in NOT_IMPLEMENTED_ON_CPU.items() for dtype in dtypes.split()}
+XFAIL.update({("masked_fill_overflow", d): VALUE_CHECK_MEMOIZED for d in ["uint8", "int8", "int16", "int32", "int64"]})
 
 
 def params():

@@ -62,12 +62,24 @@ std::vector<Val> LowerAdd(LowerCtx& c) {  // add.Tensor(self, other, *, alpha=1)
   return {Done(c, Add(c.e, In(c, 0, t), Scaled(c, In(c, 1, t), 2, t)))};
 }
 
+// torch's sub_check, which the Meta kernels skip for a bool Python number (True - x, x - True):
+// raised when the graph runs.
+void CheckNoBoolSubtraction(LowerCtx& c) {
+  if (c.tensor(0).dtype() == ElementType::kBool || c.tensor(1).dtype() == ElementType::kBool) {
+    throw std::invalid_argument(
+        "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a mask, "
+        "use the `~` or `logical_not()` operator instead.");
+  }
+}
+
 std::vector<Val> LowerSub(LowerCtx& c) {  // sub.Tensor(self, other, *, alpha=1)
+  CheckNoBoolSubtraction(c);
   ElementType t = Compute(c);
   return {Done(c, Sub(c.e, In(c, 0, t), Scaled(c, In(c, 1, t), 2, t)))};
 }
 
 std::vector<Val> LowerRsub(LowerCtx& c) {  // rsub.Tensor(self, other, *, alpha=1): other - alpha*self
+  CheckNoBoolSubtraction(c);
   ElementType t = Compute(c);
   return {Done(c, Sub(c.e, In(c, 1, t), Scaled(c, In(c, 0, t), 2, t)))};
 }
@@ -373,6 +385,11 @@ std::vector<Val> LowerLgamma(LowerCtx& c) {
   return {Done(c, c.e.Select(one_or_two, K(c, 0, t), Chlo(c.e, "lgamma", x)))};
 }
 
+std::vector<Val> LowerAbs(LowerCtx& c) {  // unsigned integers are their own absolute value
+  if (IsUnsigned(c.out().dtype)) return {In(c, 0, c.out().dtype)};
+  return LowerUnary<kAbs>(c);
+}
+
 std::vector<Val> LowerFloorCeil(LowerCtx& c, const char* op) {
   Val x = c.tensor(0);
   if (!IsFloating(x.dtype())) return {Done(c, x)};  // integers are already whole
@@ -441,6 +458,9 @@ std::vector<Val> LowerNanToNum(LowerCtx& c) {  // nan_to_num(self, nan?, posinf?
 // ------------------------------------------------------------ activations
 
 std::vector<Val> LowerRelu(LowerCtx& c) {
+  if (c.tensor(0).dtype() == ElementType::kBool) {
+    throw std::invalid_argument("Boolean inputs not supported for relu");  // torch's check
+  }
   ElementType t = c.out().dtype;
   return {c.e.Binary("maximum", In(c, 0, t), K(c, 0, t))};
 }
@@ -669,7 +689,7 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("addcdiv", LowerAddcdiv);
 
   r.Add("neg", LowerUnary<kNeg>);
-  r.Add("abs", LowerUnary<kAbs>);
+  r.Add("abs", LowerAbs);
   r.Add("sign", LowerSign);
   r.Add("exp", LowerUnary<kExp>);
   r.Add("exp2", LowerExp2);

@@ -197,6 +197,15 @@ double HighestValue(ElementType t) {
   }
 }
 
+Val ScaledMean(Emitter& e, const Val& x, const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.dims()[d];
+  Val scaled = e.Binary("multiply", x, e.Full(1.0 / static_cast<double>(std::max<int64_t>(n, 1)), x.type));
+  if (n == 0) scaled = e.Binary("divide", x, e.Full(0, x.type));  // an empty mean is NaN (0/0)
+  Val s = e.Reduce(scaled, e.Scalar(0, x.dtype()), dims, "add");
+  return n == 0 ? e.Binary("divide", s, e.Full(0, s.type)) : s;
+}
+
 Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc) {
   Val xc = e.Convert(x, acc);
   return e.Reduce(xc, e.Scalar(0, acc), dims, "add");

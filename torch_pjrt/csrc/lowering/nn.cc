@@ -426,10 +426,19 @@ std::vector<Val> BatchNorm(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i, siz
   int64_t count = x.numel() / std::max<int64_t>(x.dims()[1], 1);
   Val mean, var;
   if (training) {
-    mean = e.Binary("divide", SumDims(e, xc, reduce, acc), e.Full(static_cast<double>(count), TensorType{acc, {x.dims()[1]}}));
-    Val centered = e.Binary("subtract", xc, PerChannel(e, mean, xc.dims()));
-    var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), reduce, acc),
-                   e.Full(static_cast<double>(count), mean.type));
+    if (x.dtype() == ElementType::kF64) {
+      mean = e.Binary("divide", SumDims(e, xc, reduce, acc), e.Full(static_cast<double>(count), TensorType{acc, {x.dims()[1]}}));
+      Val centered = e.Binary("subtract", xc, PerChannel(e, mean, xc.dims()));
+      var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), reduce, acc),
+                     e.Full(static_cast<double>(count), mean.type));
+    } else {
+      // Means of x / n and of (x - mean)^2 / n: torch sums float32 (and half) values in double
+      // (float), where these sums cannot overflow; a channel of values near float32's maximum
+      // has a finite mean there.
+      mean = ScaledMean(e, xc, reduce);
+      Val centered = e.Binary("subtract", xc, PerChannel(e, mean, xc.dims()));
+      var = ScaledMean(e, e.Binary("multiply", centered, centered), reduce);
+    }
   } else {
     mean = e.Convert(c.tensor(rm_i), acc);
     var = e.Convert(c.tensor(rv_i), acc);
@@ -556,6 +565,7 @@ std::vector<Val> LowerLayerNorm(LowerCtx& c) {
   Dims lead(x.dims().begin(), x.dims().begin() + axis);
   Dims keep;
   for (int64_t i = 0; i < axis; ++i) keep.push_back(i);
+  // Plain sums, like torch's: a row whose sum overflows normalizes to NaN on CPU eager too.
   Val mean = e.Binary("divide", SumDims(e, xc, reduce, acc), e.Full(count, TensorType{acc, lead}));
   Val centered = e.Binary("subtract", xc, e.BroadcastInDim(mean, xc.dims(), keep));
   Val var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), reduce, acc),
@@ -613,6 +623,7 @@ std::vector<Val> LowerGroupNorm(LowerCtx& c) {
   ElementType acc = Opmath(c.out(0).dtype);
   Val xg = e.Reshape(e.Convert(x, acc), {n, groups, ch / groups * hw});
   double count = static_cast<double>(ch / groups * hw);
+  // Plain sums, like torch's: a group whose sum overflows normalizes to NaN on CPU eager too.
   Val mean = e.Binary("divide", SumDims(e, xg, {2}, acc), e.Full(count, TensorType{acc, {n, groups}}));
   Val centered = e.Binary("subtract", xg, e.BroadcastInDim(mean, xg.dims(), {0, 1}));
   Val var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), {2}, acc), e.Full(count, mean.type));

@@ -1,6 +1,7 @@
 // Reductions (sum, mean, max/min, arg max/min, var/std, norms, any/all), softmax and their
 // backward. Half types accumulate in float like torch's CPU kernels.
 #include <cmath>
+#include <stdexcept>
 
 #include "lowering/helpers.h"
 
@@ -106,6 +107,9 @@ std::pair<Val, Val> ArgReduce(Emitter& e, const Val& x, int64_t dim, bool max) {
 // argmax(self, dim=None, keepdim=False)
 std::vector<Val> LowerArgMaxMin(LowerCtx& c, bool max) {
   Val x = c.tensor(0);
+  if (x.dtype() == ElementType::kBool) {  // torch's check (raised when the graph runs)
+    throw std::invalid_argument(std::string(max ? "argmax" : "argmin") + "(): does not support bool input");
+  }
   if (c.is_none(1)) {
     Val flat = c.e.Reshape(x, {x.numel()});
     return {c.e.Reshape(ArgReduce(c.e, flat, 0, max).second, c.out().dims)};
@@ -143,20 +147,24 @@ std::vector<Val> LowerProd(LowerCtx& c) {  // prod(self, *, dtype)
   return {Finish(c, c.e.Reduce(c.e.Convert(x, acc), c.e.Scalar(1, acc), dims, "multiply"), x, dims, false)};
 }
 
-// Variance with Bessel-style correction, accumulated in opmath.
+// Variance with Bessel-style correction. torch's CPU kernels accumulate in double for every
+// floating type (Welford), so float32 values near the top of their range have a finite mean and
+// standard deviation there: computed in float64 here too (float64 itself with a mean that cannot
+// overflow). The results are rounded to the output type.
 std::pair<Val, Val> VarMean(LowerCtx& c, const Val& x, const Dims& dims, double correction) {
-  ElementType acc = Opmath(x.dtype() == ElementType::kF64 ? ElementType::kF64 : c.out().dtype);
+  if (!IsFloating(x.dtype()) && !IsComplex(x.dtype())) {
+    throw std::invalid_argument("std and var only support floating point and complex dtypes");
+  }
+  ElementType acc = IsComplex(x.dtype()) ? x.dtype() : ElementType::kF64;
   Val xc = c.e.Convert(x, acc);
-  Val mean = Mean(c, xc, dims, acc);
-  Val centered = c.e.Binary("subtract", xc, c.e.BroadcastInDim(mean, xc.dims(), [&] {
-    Dims kept;
-    for (int64_t i = 0; i < xc.rank(); ++i) {
-      bool reduced = false;
-      for (int64_t d : dims) reduced |= d == i;
-      if (!reduced) kept.push_back(i);
-    }
-    return kept;
-  }()));
+  Val mean = ScaledMean(c.e, xc, dims);
+  Dims kept;
+  for (int64_t i = 0; i < xc.rank(); ++i) {
+    bool reduced = false;
+    for (int64_t d : dims) reduced |= d == i;
+    if (!reduced) kept.push_back(i);
+  }
+  Val centered = c.e.Binary("subtract", xc, c.e.BroadcastInDim(mean, xc.dims(), kept));
   Val ss = SumDims(c.e, c.e.Binary("multiply", centered, centered), dims, acc);
   double n = static_cast<double>(Count(x, dims)) - correction;
   Val var = c.e.Binary("divide", ss, c.e.Full(n > 0 ? n : 0.0, ss.type));
