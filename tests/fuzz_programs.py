@@ -583,8 +583,12 @@ class Gen:
 
     def op_clone(self):
         x = self.var()
-        # (No .contiguous(): it is clone(memory_format=...), whose stride bug is being fixed elsewhere.)
-        return self.emit(f"{self.new()} = {x}.{self.d.choice(['clone()', 'detach()'])}")
+        # No .contiguous() (clone(memory_format=contiguous_format)), and clone() only of contiguous
+        # tensors: clone's memory_format bug, being fixed elsewhere, lets a clone() of a transposed
+        # tensor decide the strides of later contiguous clones of that layout, so a later
+        # reshape/flatten (which clones) fails with "view size is not compatible".
+        k = "clone()" if self.t(x).is_contiguous() and self.d.int(0, 1) else "detach()"
+        return self.emit(f"{self.new()} = {x}.{k}")
 
 
 def dtype_str(t):
@@ -670,6 +674,16 @@ class StrideMismatch(Mismatch):
 MUTATING = re.compile(r"\.\w+_\(|\]\s*=[^=]|out=")
 
 
+def written_storage(program, line):
+    """Storages (CPU run) a line writes in place: `vX.op_(...)`, `vX[...] = ...`, `out=vX`."""
+    targets = []
+    m = re.match(r"\s*(v\d+)(\.\w+_\(|\[)", line)
+    if m and MUTATING.search(line):
+        targets.append(m.group(1))
+    targets += re.findall(r"out=(v\d+)", line)
+    return {program.cpu_ns[v].untyped_storage().data_ptr() for v in targets if v in program.cpu_ns}
+
+
 def explained_by_inputs(program, dev_t, name):
     """Whether pjrt's value of `name` is one CPU eager's kernel computes from the line's inputs, for
     the variable made by a pure assignment:
@@ -689,7 +703,8 @@ def explained_by_inputs(program, dev_t, name):
     if MUTATING.search(line):
         return False
     names = re.findall(r"\bv\d+\b", line.split("=", 1)[1])
-    if any(MUTATING.search(later) for later in program.lines[i + 1:]):
+    storages = {program.cpu_ns[v].untyped_storage().data_ptr() for v in names if v in program.cpu_ns}
+    if any(written_storage(program, later) & storages for later in program.lines[i + 1:]):
         snap = program.snapshots.get(i, {})
         if any(v not in snap for v in names):
             return False

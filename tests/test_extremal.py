@@ -1,24 +1,25 @@
 """Every lowered elementwise, reduction, scan and normalization op on extremal values, for every
 dtype, against CPU eager.
 
-Inputs hold NaN, +-inf, +-0.0, large finite values, the type's smallest normal, and integer
+Inputs hold NaN, +-inf, +-0.0, denormals, the smallest normal, large finite values and integer
 extremes (iinfo min/max, 0, -1); many values are batched into one tensor per op and dtype (binary
-ops see the cartesian product of the values). Results must have CPU's dtype and shape, NaN in the
-same places, the same signed zeros, and equal values (exactly for integer/bool results and for
-ops that are exact in IEEE arithmetic, within a few ulps for transcendental ones). Every op must
-run through its lowering (no CPU fallback), and where CPU raises for a dtype, pjrt must raise
-the same exception type.
+ops see the cartesian product of the values, reductions rows of different extremal mixes). Results
+must have CPU's dtype and shape, NaN in the same places, the same infinities and signed zeros, and
+equal values: exactly for integer/bool results and IEEE-exact ops, within a few ulps for the rest
+(see tolerance()). Every op must run through its lowering (no CPU fallback), and where CPU raises
+for a dtype, pjrt must raise the same exception type. The tests are op x dtype (test ids
+`<op>-<dtype>`); test_every_lowered_op_is_covered keeps the op list in step with
+`torch_pjrt._C._lowered_ops()`. No sort op is lowered (sort/topk/argsort take the CPU fallback),
+so there is no sort case.
 
-Denormal inputs are kept out of the main test: XLA:CPU runs every executable with
-flush-to-zero/denormals-are-zero set (its CPU client does this unconditionally, following
-TensorFlow), so a denormal input reads as 0 and a denormal result is written as 0. They are
-checked in `test_denormal` against CPU eager under `torch.set_flush_denormal(True)`, which is the
-same arithmetic, and `test_denormals_are_flushed` records the difference from default CPU eager
-as a strict xfail.
-
-The lowered schemas are `torch_pjrt._C._lowered_ops()`; `test_every_lowered_op_is_covered`
-checks that every elementwise/reduction/scan/normalization schema in it is reached by an op here.
-No sort op is lowered (sort/topk/argsort take the CPU fallback), so there is no sort case.
+CPU eager is not one function: an element may also match CPU eager's answer from another of its
+code paths (references()): its scalar kernels (what it runs for tensors under 8 elements, which
+differ from its vectorized ones for gelu(inf), NaN in some backward formulas, float16 division
+rounding, fmod with an overflowing quotient), a float32 computation for half types (pjrt's opmath),
+and XLA:CPU's floating-point environment: the XLA CPU client runs every executable with
+flush-to-zero and denormals-are-zero set (unconditionally, following TensorFlow), so denormal inputs
+read as zero and denormal results are written as zero. That last difference from CPU eager is
+recorded by tests/test_fuzz.py::test_known_gap_denormals_are_flushed (a strict xfail).
 """
 import contextlib
 import math
@@ -440,6 +441,62 @@ op("group_norm_affine", lambda m: F.group_norm(m.view(2, -1, 8), 2, m[:, 0].view
    scale=lambda m: norm_scale(m.reshape(2, -1), None, None).view(2, -1, 8)
    * m[:, 0][: m.shape[0] // 2].abs().view(1, -1, 1) + m[:, 1][: m.shape[0] // 2].abs().view(1, -1, 1))
 
+
+
+# The saved statistics and reserve buffer these return are backward helpers whose dtype and shape
+# differ between torch's own CPU and Meta kernels (float32 stats for half inputs on Meta, empty ones
+# without running stats on CPU; see openreg_tests/test_ops.py): only the output and the running
+# statistics are compared.
+def bn_with_update(m):
+    rm, rv = m[:, 2].clone(), m[:, 3].abs().clone()
+    out = aten._batch_norm_with_update(m.unsqueeze(0), m[:, 0], m[:, 1], rm, rv, 0.1, 1e-5)
+    return out[0], rm, rv
+
+
+op("batch_norm_with_update", bn_with_update, "norm", "_batch_norm_with_update", tol=16,
+   scale=lambda m: norm_scale(m, m[:, :1], m[:, 1:2]))
+op("batch_norm_no_update",
+   lambda m: aten._batch_norm_no_update(m.unsqueeze(0), m[:, 0], m[:, 1], m[:, 2], m[:, 3].abs(), 0.1, 1e-5)[0],
+   "norm", "_batch_norm_no_update", tol=16,
+   scale=lambda m: norm_scale(m, m[:, :1], m[:, 1:2], m[:, 2], m[:, 3].abs()))
+
+
+def finite_max(m):
+    f = m[torch.isfinite(m)].abs()
+    return f.max() if f.numel() else m.new_zeros(())
+
+
+def norm_grads(forward):
+    """Gradients of sum(forward(x) * g) for x = m, g = m.flip(1): the normalization's backward."""
+    def fn(m):
+        x = m.detach().requires_grad_()
+        w = m[:, 0].detach().clone().requires_grad_()
+        y = forward(x, w)
+        y.backward(m.flip(-1).reshape(y.shape))
+        return x.grad, w.grad
+    return fn
+
+
+# Normalization backward: its formulas subtract means of the gradient (cancelling), scaled by rstd.
+op("layer_norm_backward", norm_grads(lambda x, w: F.layer_norm(x, (8,), w[:8])),
+   "norm", "native_layer_norm_backward", tol=64, scale=lambda m: norm_scale(m) * (finite_max(m) + 1))
+op("group_norm_backward", norm_grads(lambda x, w: F.group_norm(x.unsqueeze(0), x.shape[0], w)), "norm",
+   "native_group_norm_backward", tol=64, scale=lambda m: norm_scale(m) * (finite_max(m) + 1))
+op("batch_norm_backward", norm_grads(lambda x, w: F.batch_norm(x.unsqueeze(0), None, None, w, training=True)),
+   "norm", ["native_batch_norm_backward", "batch_norm_backward"], tol=64,
+   scale=lambda m: norm_scale(m) * (finite_max(m) + 1))
+
+# Fills, zeroing and copies of extremal values.
+op("fill_scalar", lambda x, s: x.clone().fill_(s), "scalar", ["fill.Scalar", "clone"], exact=True,
+   bool_scalars=True, stores_scalar=True)
+op("fill_tensor", lambda x: x.clone().fill_(x[3]), "unary", ["fill.Tensor", "clone"], exact=True)
+op("zero", lambda x: x.clone().zero_(), "unary", "zero", exact=True)
+# Mean squared error and its backward (elementwise, then a reduction).
+op("mse_loss", lambda a, b: (F.mse_loss(a, b), F.mse_loss(a, b, reduction="sum"), F.mse_loss(a, b, reduction="none")),
+   "binary", "mse_loss", tol=16, scale=lambda a, b: (a - b) ** 2)
+op("mse_loss_backward", lambda g, a: aten.mse_loss_backward(g, a, a.flip(0), 1), "binary", "mse_loss_backward",
+   tol=4)
+
 OPS_BY_NAME = {o.name: o for o in OPS}
 assert len(OPS_BY_NAME) == len(OPS)
 
@@ -665,6 +722,8 @@ NOT_IMPLEMENTED_ON_CPU = {
     "abs": "bool",
     "addcmul": "bool",
     "batch_norm_eval": "bool uint8 int8 int16 int32 int64",
+    "batch_norm_no_update": "bool uint8 int8 int16 int32 int64",
+    "batch_norm_with_update": "bool",
     "batch_norm_train_stats": "bool",
     "bitwise_and": "float16 bfloat16 float32 float64",
     "bitwise_not": "float16 bfloat16 float32 float64",
@@ -737,3 +796,31 @@ def _quiet():
 def test_extremal(name, dtype):
     o = OPS_BY_NAME[name]
     check_op(o, dtype, inputs_for(o, dtype))
+
+
+# Lowered schemas outside this file's categories (elementwise, reductions, scans, normalization),
+# covered by tests/test_lowerings.py and the fuzzer (tests/test_fuzz.py).
+OTHER_CATEGORIES = {
+    "linear algebra": ["mm", "addmm", "addmv", "baddbmm", "bmm", "mv", "dot"],
+    "convolution and pooling": ["convolution_overrideable", "convolution_backward_overrideable", "avg_pool2d",
+                                "avg_pool2d_backward", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+                                "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"],
+    "indexing and layout": ["cat", "index.Tensor", "_unsafe_index.Tensor", "index_put", "_index_put_impl",
+                            "index_select", "gather", "scatter.src", "scatter.value", "scatter.reduce",
+                            "scatter.value_reduce", "scatter_add", "flip", "roll", "repeat", "tril", "triu",
+                            "constant_pad_nd", "embedding_dense_backward", "arange.start_out"],
+    "classification losses": ["nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward", "nll_loss2d_backward"],
+    "recurrent cells": ["_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
+                        "_thnn_fused_gru_cell_backward"],
+}
+
+
+def test_every_lowered_op_is_covered():
+    """Every lowered schema is reached by an op here, or belongs to one of OTHER_CATEGORIES: a new
+    elementwise, reduction, scan or normalization lowering must get extremal-value coverage."""
+    import torch_pjrt
+    lowered = set(torch_pjrt._C._lowered_ops())
+    covered = {s for o in OPS for s in o.schemas}
+    other = {s for names in OTHER_CATEGORIES.values() for s in names}
+    assert covered <= lowered, f"not lowered (stale names): {sorted(covered - lowered)}"
+    assert not lowered - covered - other, f"lowered but not covered: {sorted(lowered - covered - other)}"
