@@ -18,7 +18,7 @@ import fuzz_programs as FP
 torch.pjrt.set_fallback_warnings(False)
 
 
-@settings(max_examples=2000, derandomize=True, database=None, deadline=None,
+@settings(max_examples=1500, derandomize=True, database=None, deadline=None,
           phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_programs_match_cpu(data):
