@@ -298,7 +298,8 @@ _UNARY = {
     "floor": (torch.floor, True, 1), "ceil": (torch.ceil, True, 1), "trunc": (torch.trunc, True, 1),
     "frac": (torch.frac, True, 1), "round": (torch.round, True, 1), "reciprocal": (torch.reciprocal, True, 1),
     "logical_not": (torch.logical_not, True, 1), "bitwise_not": (torch.bitwise_not, True, 1),
-    "isnan": (torch.isnan, True, 1), "nan_to_num": (torch.nan_to_num, True, 1),
+    "isnan": (torch.isnan, True, 1), "isposinf": (torch.isposinf, True, 1),
+    "isneginf": (torch.isneginf, True, 1), "nan_to_num": (torch.nan_to_num, True, 1),
 }
 for _n, (_f, _exact, _tol) in _UNARY.items():
     # Special functions: XLA's and torch's approximations differ by ulps of 1 near their zeros.
@@ -812,7 +813,19 @@ OTHER_CATEGORIES = {
     "classification losses": ["nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward", "nll_loss2d_backward"],
     "recurrent cells": ["_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
                         "_thnn_fused_gru_cell_backward"],
+    # tests/test_random.py checks their distributions.
+    "random numbers": ["uniform", "normal_functional", "normal.Tensor_float", "normal.float_Tensor",
+                       "normal.Tensor_Tensor", "log_normal", "exponential", "geometric", "cauchy", "bernoulli",
+                       "bernoulli.p", "bernoulli.Tensor", "random", "random.from", "random.to",
+                       "randperm.generator_out", "multinomial", "native_dropout", "native_dropout_backward"],
+    # tests/test_optim_native.py and tests/test_amp_and_checkpoints.py.
+    "optimizers and gradient scaling": ["_fused_adam", "_fused_adam.tensor_lr", "_fused_adamw",
+                                        "_fused_adamw.tensor_lr", "_fused_sgd", "_fused_sgd.tensor_lr",
+                                        "_fused_adagrad", "_amp_foreach_non_finite_check_and_unscale",
+                                        "_amp_update_scale"],
 }
+# List ops apply an op lowered (and covered) above to each element (lowering/foreach.cc).
+OTHER_PREFIXES = ("_foreach_",)
 
 
 def test_every_lowered_op_is_covered():
@@ -822,5 +835,6 @@ def test_every_lowered_op_is_covered():
     lowered = set(torch_pjrt._C._lowered_ops())
     covered = {s for o in OPS for s in o.schemas}
     other = {s for names in OTHER_CATEGORIES.values() for s in names}
+    other |= {s for s in lowered if s.startswith(OTHER_PREFIXES)}
     assert covered <= lowered, f"not lowered (stale names): {sorted(covered - lowered)}"
     assert not lowered - covered - other, f"lowered but not covered: {sorted(lowered - covered - other)}"

@@ -442,6 +442,15 @@ std::vector<Val> LowerIsnan(LowerCtx& c) {
   if (!IsFloating(x.dtype())) return {c.e.Full(0, c.out())};
   return {c.e.Compare("NE", x, x)};
 }
+// isposinf / isneginf: `x == ±inf`; integers are never infinite. SDPA's _safe_softmax needs
+// isneginf, so every attention call reaches this.
+std::vector<Val> LowerIsInfSigned(LowerCtx& c, double inf) {
+  Val x = c.tensor(0);
+  if (!IsFloating(x.dtype())) return {c.e.Full(0, c.out())};
+  return {c.e.Compare("EQ", x, K(c, inf, x.dtype()))};
+}
+std::vector<Val> LowerIsPosInf(LowerCtx& c) { return LowerIsInfSigned(c, INFINITY); }
+std::vector<Val> LowerIsNegInf(LowerCtx& c) { return LowerIsInfSigned(c, -INFINITY); }
 std::vector<Val> LowerNanToNum(LowerCtx& c) {  // nan_to_num(self, nan?, posinf?, neginf?)
   Val x = c.tensor(0);
   if (!IsFloating(x.dtype())) return {x};
@@ -726,6 +735,8 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("logical_not", LowerLogicalNot);
   r.Add("bitwise_not", LowerBitwiseNot);
   r.Add("isnan", LowerIsnan);
+  r.Add("isposinf", LowerIsPosInf);
+  r.Add("isneginf", LowerIsNegInf);
   r.Add("nan_to_num", LowerNanToNum);
 
   r.Add("relu", LowerRelu);
