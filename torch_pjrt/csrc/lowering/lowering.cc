@@ -157,6 +157,10 @@ const TableData& Data() {
     RegisterIndexingOps(r);
     RegisterFactoryOps(r);
     RegisterRnnOps(r);
+    RegisterPaddingOps(r);
+    RegisterPoolingOps(r);
+    RegisterUpsampleOps(r);
+    RegisterSamplingOps(r);
     auto* d = new TableData();
     d->entries = r.entries();
     for (size_t i = 0; i < d->entries.size(); ++i) {

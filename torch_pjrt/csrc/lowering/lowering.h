@@ -112,5 +112,9 @@ void RegisterNNOps(Registry& r);
 void RegisterIndexingOps(Registry& r);
 void RegisterFactoryOps(Registry& r);
 void RegisterRnnOps(Registry& r);
+void RegisterPaddingOps(Registry& r);
+void RegisterPoolingOps(Registry& r);
+void RegisterUpsampleOps(Registry& r);
+void RegisterSamplingOps(Registry& r);
 
 }  // namespace torch_pjrt::lowering
