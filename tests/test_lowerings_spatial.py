@@ -38,19 +38,23 @@ def _tensors(x):
     return []
 
 
-def check(fn, inputs, grad=(0,), schemas=(), dtype=None, atol=None, rtol=None, channels_last=False):
+def check(fn, inputs, grad=(0,), schemas=(), dtype=None, atol=None, rtol=None, channels_last=False,
+          cpu_in_float64=False):
     """Runs fn on CPU and on pjrt; compares outputs and, for `grad` inputs, gradients of the float
-    outputs against fixed random output gradients."""
+    outputs against fixed random output gradients. cpu_in_float64: the reference runs in float64
+    (for CPU kernels that compute half types in half precision, where we compute in float32)."""
     dtype = dtype or inputs[0].dtype
     t = tol(dtype)
     if atol is not None:
         t = dict(atol=atol, rtol=rtol if rtol is not None else t["rtol"])
 
-    def run(device):
+    def run(device, upcast=False):
         args = []
         for i, a in enumerate(inputs):
             if isinstance(a, torch.Tensor):
                 a = a.to(device)
+                if upcast and a.is_floating_point():
+                    a = a.double()
                 if channels_last and a.dim() in (4, 5) and i == 0:
                     a = a.contiguous(memory_format=torch.channels_last if a.dim() == 4 else torch.channels_last_3d)
                 if i in grad:
@@ -61,11 +65,15 @@ def check(fn, inputs, grad=(0,), schemas=(), dtype=None, atol=None, rtol=None, c
         diff = [o for o in outs if o.is_floating_point() and o.requires_grad]
         grads = []
         if grad and diff:
-            gouts = [make(o.shape, o.dtype, seed=100 + k).to(device) for k, o in enumerate(diff)]
+            gouts = [make(o.shape, dtype if upcast else o.dtype, seed=100 + k).to(device).to(o.dtype)
+                     for k, o in enumerate(diff)]
             grads = list(torch.autograd.grad(diff, [args[i] for i in grad], gouts))
+        if upcast:
+            outs = [o.to(dtype) if o.is_floating_point() else o for o in outs]
+            grads = [g.to(dtype) for g in grads]
         return [o.detach() for o in outs], grads
 
-    expected_out, expected_grads = run("cpu")
+    expected_out, expected_grads = run("cpu", upcast=cpu_in_float64)
     with Counters() as c:
         actual_out, actual_grads = run("pjrt")
         actual_out = [o.cpu() for o in actual_out]
@@ -325,3 +333,43 @@ def test_shuffles():
     check(lambda x: F.pixel_shuffle(x, 2), [x])
     check(lambda x: F.pixel_unshuffle(x, 2), [make((2, 3, 4, 6))])
     check(lambda x: F.pixel_shuffle(x, 2), [x], channels_last=True)
+
+
+# ---------------------------------------------------------------------------------- grid sampling
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_2d(mode, padding_mode, align_corners):
+    x = make((2, 3, 5, 7))
+    grid = make((2, 4, 6, 2), low=-1.3, high=1.3, seed=1)
+    grad = (0, 1) if mode != "nearest" else (0,)
+    check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners),
+          [x, grid], grad=grad, schemas=["grid_sampler_2d", "grid_sampler_2d_backward"], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_3d(mode, padding_mode, align_corners):
+    x = make((2, 3, 4, 5, 6))
+    grid = make((2, 3, 2, 4, 3), low=-1.3, high=1.3, seed=1)
+    grad = (0, 1) if mode != "nearest" else (0,)
+    check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners),
+          [x, grid], grad=grad, schemas=["grid_sampler_3d", "grid_sampler_3d_backward"], atol=2e-5, rtol=1e-4)
+
+
+def test_grid_sample_dtypes_layouts():
+    grid = make((2, 4, 6, 2), low=-1.1, high=1.1, seed=1)
+    for dt in (torch.float64, torch.float16, torch.bfloat16):
+        # torch's CPU kernel computes half types in half precision; we compute in float32
+        check(lambda x, g: F.grid_sample(x, g, align_corners=False), [make((2, 3, 5, 7), dt), grid.to(dt)], grad=(0, 1),
+              cpu_in_float64=dt != torch.float64)
+    check(lambda x, g: F.grid_sample(x, g, mode="bicubic", align_corners=False), [make((2, 3, 5, 7)), grid],
+          grad=(0, 1), channels_last=True, atol=2e-5, rtol=1e-4)
+    x = make((2, 3, 5, 7))
+    x[0, 1, 2, 3] = float("inf")
+    check(lambda x, g: F.grid_sample(x, g, align_corners=True), [x, grid], grad=())
+    # affine_grid itself reaches aten::linspace (not lowered here): the grid is made on the CPU
+    affine = F.affine_grid(make((2, 2, 3), low=-1, high=1), (2, 3, 4, 5), align_corners=False)
+    check(lambda x, g: F.grid_sample(x, g, align_corners=False), [x.nan_to_num(), affine], grad=(0, 1), atol=2e-5, rtol=1e-4)
