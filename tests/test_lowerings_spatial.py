@@ -373,3 +373,20 @@ def test_grid_sample_dtypes_layouts():
     # affine_grid itself reaches aten::linspace (not lowered here): the grid is made on the CPU
     affine = F.affine_grid(make((2, 2, 3), low=-1, high=1), (2, 3, 4, 5), align_corners=False)
     check(lambda x, g: F.grid_sample(x, g, align_corners=False), [x.nan_to_num(), affine], grad=(0, 1), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_fractional_max_pool(dtype):
+    def frac2(x, s):
+        return F.fractional_max_pool2d(x, (2, 3), output_size=(4, 3), return_indices=True, _random_samples=s)
+
+    def frac3(x, s):
+        return F.fractional_max_pool3d(x, (2, 2, 3), output_size=(3, 4, 2), return_indices=True, _random_samples=s)
+    s2 = torch.rand(3, 3, 2, generator=torch.Generator().manual_seed(3)).to(dtype)
+    s3 = torch.rand(2, 3, 3, generator=torch.Generator().manual_seed(4)).to(dtype)
+    check(frac2, [make((2, 3, 9, 8), dtype), s2], schemas=["fractional_max_pool2d", "fractional_max_pool2d_backward"])
+    check(frac2, [make((3, 9, 8), dtype), s2])
+    check(frac3, [make((2, 3, 7, 9, 6), dtype), s3], schemas=["fractional_max_pool3d", "fractional_max_pool3d_backward"])
+    if dtype == torch.float32:
+        check(frac2, [make((2, 3, 9, 8), dtype), s2], channels_last=True)
+        check(lambda x, s: F.fractional_max_pool2d(x, 2, output_size=(1, 1), _random_samples=s), [make((2, 3, 3, 3)), s2[:2]])

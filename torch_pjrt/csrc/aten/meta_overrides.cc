@@ -64,6 +64,13 @@ void LstmCellBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* resul
   results->push_back(a[5].toBool() ? MetaLike(cx, {4 * cx.size(1)}) : at::Tensor());
 }
 
+// fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices): torch has
+// no Meta kernel; the gradient has self's shape.
+void FractionalMaxPool3dBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& self = a[1].toTensor();
+  results->push_back(MetaLike(self, self.sizes()));
+}
+
 }  // namespace
 
 MetaOverride FindMetaOverride(const std::string& name) {
@@ -73,6 +80,7 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::convolution_backward_overrideable", &ConvolutionBackwardMeta},
       {"aten::_thnn_fused_gru_cell", &GruCellMeta},
       {"aten::_thnn_fused_gru_cell_backward", &GruCellBackwardMeta},
+      {"aten::fractional_max_pool3d_backward", &FractionalMaxPool3dBackwardMeta},
   };
   auto it = table->find(name);
   return it == table->end() ? nullptr : it->second;

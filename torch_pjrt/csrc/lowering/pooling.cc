@@ -353,6 +353,92 @@ std::vector<Val> LowerMaxUnpool(LowerCtx& c) {
   return {ScatterPlanes(c.e, x, idx, c.out().dims, n, "")};
 }
 
+
+// ------------------------------------------------------------ fractional max pooling
+
+// Window starts of fractional max pooling along one dim, per plane: generate_intervals
+// (FractionalMaxPooling.h) on the plane's sample u [P]: int((o + u) * alpha) - int(u * alpha),
+// the last window at in - pool. Computed in the input dtype like the CPU kernel (half types round
+// after every operation). Returns s32 [P, out].
+Val FractionalStarts(Emitter& e, const Val& u, ElementType t, int64_t in, int64_t out, int64_t pool) {
+  int64_t planes = u.dims()[0];
+  ElementType ct = Opmath(t);
+  TensorType pt{ct, {planes, out}};
+  auto round = [&](const Val& v) { return e.Convert(e.Convert(v, t), ct); };
+  Val last = e.Full(static_cast<double>(in - pool), TensorType{ElementType::kS32, {planes, out}});
+  if (out <= 1) return last;
+  Val alpha = round(e.Binary("divide", round(e.Scalar(static_cast<double>(in - pool), ct)),
+                             round(e.Scalar(static_cast<double>(out - 1), ct))));
+  Val ab = e.BroadcastInDim(alpha, pt.dims, {});
+  Val ub = e.BroadcastInDim(e.Convert(u, ct), pt.dims, {0});
+  Val o = e.Convert(e.Iota(TensorType{ElementType::kS32, pt.dims}, 1), ct);
+  Val a = e.Convert(round(e.Binary("multiply", round(e.Binary("add", o, ub)), ab)), ElementType::kS32);
+  Val b = e.Convert(round(e.Binary("multiply", ub, ab)), ElementType::kS32);
+  Val seq = e.Binary("subtract", a, b);
+  Val is_last = e.Compare("EQ", e.Iota(TensorType{ElementType::kS32, pt.dims}, 1),
+                          e.Full(static_cast<double>(out - 1), TensorType{ElementType::kS32, pt.dims}));
+  return e.Select(is_last, last, seq);
+}
+
+// v [P, *spatial] gathered along spatial dim d at per-plane positions pos [P, out] (s32).
+Val TakePerPlane(Emitter& e, const Val& v, int64_t d, const Val& pos) {
+  int64_t planes = pos.dims()[0], out = pos.dims()[1];
+  TensorType it{ElementType::kS32, {planes, out, 1}};
+  Val indices = e.Concatenate({e.Iota(it, 0), e.Reshape(pos, {planes, out, 1})}, 2);
+  Emitter::GatherDims g;
+  for (int64_t i = 1; i < v.rank(); ++i) {
+    if (i != 1 + d) g.offset_dims.push_back(i);
+  }
+  g.collapsed_slice_dims = {0, 1 + d};
+  g.start_index_map = {0, 1 + d};
+  g.index_vector_dim = 2;
+  g.slice_sizes = v.dims();
+  g.slice_sizes[0] = 1;
+  g.slice_sizes[1 + d] = 1;
+  TensorType ot = v.type;
+  ot.dims[1 + d] = out;
+  return e.Gather(v, indices, g, ot);
+}
+
+// fractional_max_pool2d / 3d(self, kernel_size, output_size, random_samples) -> (out, indices).
+// Samples: [..., 0] is the width's in 2-d, the depth's in 3-d (the CPU kernels' order).
+template <int n>
+std::vector<Val> LowerFractionalMaxPool(LowerCtx& c) {
+  Val x = c.tensor(0), samples = c.tensor(3);
+  Emitter& e = c.e;
+  if (NumElements(c.out(0).dims) == 0 || x.numel() == 0) return {e.Full(0, c.out(0)), e.Full(0, c.out(1))};
+  Dims pool = ExpandList(c.int_list(1), n, 1);
+  Dims in_sp = Trailing(x.dims(), n), out_sp = Trailing(c.out(0).dims, n);
+  int64_t batch = x.rank() == n + 2 ? x.dims()[0] : 1, channels = x.dims()[x.rank() - n - 1];
+  int64_t planes = batch * channels;
+  Dims pdims{planes};
+  for (int64_t s : in_sp) pdims.push_back(s);
+  Val v = e.Reshape(x, pdims);
+  Val vi = FlatIndex(e, pdims, n);
+  Val u = e.Reshape(e.SliceDim(samples, 0, 0, batch), {planes, n});
+  for (int d = n - 1; d >= 0; --d) {
+    int slot = n == 2 ? 1 - d : d;
+    Val ud = e.Reshape(e.SliceDim(u, 1, slot, slot + 1), {planes});
+    Val starts = FractionalStarts(e, ud, x.dtype(), in_sp[d], out_sp[d], pool[d]);
+    Val best, best_i;
+    for (int64_t j = 0; j < pool[d]; ++j) {
+      Val pos = j == 0 ? starts : e.Binary("add", starts, e.Full(static_cast<double>(j), starts.type));
+      Val cv = TakePerPlane(e, v, d, pos), ci = TakePerPlane(e, vi, d, pos);
+      if (j == 0) {
+        best = cv;
+        best_i = ci;
+        continue;
+      }
+      Val take = MaxTakes(e, best, best_i, cv, ci);
+      best = e.Select(take, cv, best);
+      best_i = e.Select(take, ci, best_i);
+    }
+    v = best;
+    vi = best_i;
+  }
+  return {e.Reshape(v, c.out(0).dims), e.Reshape(vi, c.out(1).dims)};
+}
+
 }  // namespace
 
 void RegisterPoolingOps(Registry& r) {
@@ -372,6 +458,11 @@ void RegisterPoolingOps(Registry& r) {
   r.Add("adaptive_max_pool3d_backward", LowerIndexedPoolBackward<3, 2>);
   r.Add("max_unpool2d", LowerMaxUnpool<2>);
   r.Add("max_unpool3d", LowerMaxUnpool<3>);
+  r.Add("fractional_max_pool2d", LowerFractionalMaxPool<2>);
+  r.Add("fractional_max_pool3d", LowerFractionalMaxPool<3>);
+  r.Add("fractional_max_pool2d_backward", LowerIndexedPoolBackward<2, 4>);
+  // No Meta kernel in torch: aten/meta_overrides.cc gives it self's shape.
+  r.Add("fractional_max_pool3d_backward", LowerIndexedPoolBackward<3, 4>);
 }
 
 }  // namespace torch_pjrt::lowering
