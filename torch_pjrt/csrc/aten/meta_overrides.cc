@@ -1,7 +1,11 @@
 #include "aten/meta_overrides.h"
 
 #include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/_upsample_bicubic2d_aa.h>
+#include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/upsample_bicubic2d.h>
+#include <ATen/ops/upsample_bilinear2d.h>
 
 #include <array>
 #include <unordered_map>
@@ -71,6 +75,16 @@ void FractionalMaxPool3dBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::S
   results->push_back(MetaLike(self, self.sizes()));
 }
 
+// upsample_bilinear2d / upsample_bicubic2d / their _aa forms (self, output_size, align_corners,
+// scales_h, scales_w): torch's uint8 kernels compute with int16 fixed-point weights (an AVX2 path
+// and a generic one), which the lowering does not reproduce; uint8 inputs take the CPU path.
+template <at::Tensor (*Op)(const at::Tensor&, at::IntArrayRef, bool, std::optional<double>, std::optional<double>)>
+void Upsample2dMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& self = a[0].toTensor();
+  TORCH_CHECK(self.scalar_type() != at::kByte, "uint8 interpolation runs on the CPU");
+  results->push_back(Op(self, a[1].toIntVector(), a[2].toBool(), a[3].toOptional<double>(), a[4].toOptional<double>()));
+}
+
 }  // namespace
 
 MetaOverride FindMetaOverride(const std::string& name) {
@@ -81,6 +95,10 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::_thnn_fused_gru_cell", &GruCellMeta},
       {"aten::_thnn_fused_gru_cell_backward", &GruCellBackwardMeta},
       {"aten::fractional_max_pool3d_backward", &FractionalMaxPool3dBackwardMeta},
+      {"aten::upsample_bilinear2d", &Upsample2dMeta<&at::upsample_bilinear2d>},
+      {"aten::upsample_bicubic2d", &Upsample2dMeta<&at::upsample_bicubic2d>},
+      {"aten::_upsample_bilinear2d_aa", &Upsample2dMeta<&at::_upsample_bilinear2d_aa>},
+      {"aten::_upsample_bicubic2d_aa", &Upsample2dMeta<&at::_upsample_bicubic2d_aa>},
   };
   auto it = table->find(name);
   return it == table->end() ? nullptr : it->second;
