@@ -390,3 +390,11 @@ def test_fractional_max_pool(dtype):
     if dtype == torch.float32:
         check(frac2, [make((2, 3, 9, 8), dtype), s2], channels_last=True)
         check(lambda x, s: F.fractional_max_pool2d(x, 2, output_size=(1, 1), _random_samples=s), [make((2, 3, 3, 3)), s2[:2]])
+
+
+def test_adaptive_avg_pool2d_nonfinite_stays_in_its_window():
+    x = make((1, 2, 6, 6))
+    x[0, 0, 0, 0] = float("inf")
+    x[0, 1, 5, 2] = float("nan")
+    for out in ((2, 2), (4, 4), (4, 5), 1):
+        check(lambda x: F.adaptive_avg_pool2d(x, out), [x], schemas=["_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"])

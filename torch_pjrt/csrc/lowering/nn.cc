@@ -1,6 +1,6 @@
-// Neural-network ops: convolution (any rank, grouped, transposed) and its gradients, avg/adaptive
-// pooling (max pooling: pooling.cc), batch/layer/group norm, and losses (nll, mse), with their
-// backward formulas.
+// Neural-network ops: convolution (any rank, grouped, transposed) and its gradients, 2-d average
+// pooling (max and adaptive pooling: pooling.cc), batch/layer/group norm, and losses (nll, mse),
+// with their backward formulas.
 // Convolution gradients follow the standard XLA formulation (the one JAX uses): the input
 // gradient is a convolution of the output gradient with the spatially reversed kernel, the
 // weight gradient a convolution of the input with the output gradient, batch and feature swapped.
@@ -293,55 +293,6 @@ std::vector<Val> LowerAvgPool2dBackward(LowerCtx& c) {
   Pads none(x.rank(), {0, 0});
   Val grad = c.e.ReduceWindow({padded}, {c.e.Scalar(0, acc)}, w.window, ones, ones, ones, none, add)[0];
   return {c.e.Convert(grad, c.out().dtype)};
-}
-
-// Averaging matrix [out, in] of adaptive pooling along one dim.
-Val AdaptiveMatrix(Emitter& e, int64_t in, int64_t out, ElementType t) {
-  TensorType it{ElementType::kS64, {out, in}};
-  Val i = e.Iota(it, 0), h = e.Iota(it, 1);
-  Val in_k = e.Full(static_cast<double>(in), it), out_k = e.Full(static_cast<double>(out), it);
-  // start = floor(i * in / out), end = ceil((i + 1) * in / out)
-  Val start = e.Binary("divide", e.Binary("multiply", i, in_k), out_k);
-  Val one = e.Full(1, it);
-  Val end = e.Binary("divide",
-                     e.Binary("subtract", e.Binary("add", e.Binary("multiply", e.Binary("add", i, one), in_k), out_k), one),
-                     out_k);
-  Val inside = e.Binary("and", e.Compare("GE", h, start), e.Compare("LT", h, end));
-  Val count = e.Convert(e.Binary("subtract", end, start), t);
-  return e.Select(inside, e.Binary("divide", e.Full(1, TensorType{t, {out, in}}), count),
-                  e.Full(0, TensorType{t, {out, in}}));
-}
-
-// Multiplies the last two dims of `v` by the averaging matrices Mh [oh, h] and Mw [ow, w],
-// contracting each matrix's dimension `contract` (1: forward, [.., h, w] -> [.., oh, ow]; 0: the
-// transposed product of the backward pass, [.., oh, ow] -> [.., h, w]).
-Val AdaptiveAverage(LowerCtx& c, const Val& v, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                    int64_t contract) {
-  ElementType acc = Opmath(c.out().dtype);
-  int64_t r = v.rank();
-  Val mw = AdaptiveMatrix(c.e, w, ow, acc), mh = AdaptiveMatrix(c.e, h, oh, acc);
-  Val y = c.e.DotGeneral(c.e.Convert(v, acc), mw, {}, {}, {r - 1}, {contract}, acc);  // last dim done
-  Val z = c.e.DotGeneral(y, mh, {}, {}, {r - 2}, {contract}, acc);  // [..., last, second-last]
-  Dims perm;
-  for (int64_t i = 0; i < r - 2; ++i) perm.push_back(i);
-  perm.push_back(r - 1);
-  perm.push_back(r - 2);
-  return c.e.Convert(c.e.Transpose(z, perm), c.out().dtype);
-}
-
-// _adaptive_avg_pool2d(self, output_size): two small matmuls with averaging matrices.
-std::vector<Val> LowerAdaptiveAvgPool2d(LowerCtx& c) {
-  Val x = c.tensor(0);
-  int64_t r = x.rank();
-  return {AdaptiveAverage(c, x, x.dims()[r - 2], x.dims()[r - 1], c.out().dims[r - 2],
-                          c.out().dims[r - 1], 1)};
-}
-
-// _adaptive_avg_pool2d_backward(grad_output, self)
-std::vector<Val> LowerAdaptiveAvgPool2dBackward(LowerCtx& c) {
-  Val g = c.tensor(0), x = c.tensor(1);
-  int64_t r = x.rank();
-  return {AdaptiveAverage(c, g, x.dims()[r - 2], x.dims()[r - 1], g.dims()[r - 2], g.dims()[r - 1], 0)};
 }
 
 // ------------------------------------------------------------ normalization
@@ -724,8 +675,6 @@ void RegisterNNOps(Registry& r) {
   r.Add("convolution_backward_overrideable", LowerConvolutionBackward);
   r.Add("avg_pool2d", LowerAvgPool2d);
   r.Add("avg_pool2d_backward", LowerAvgPool2dBackward);
-  r.Add("_adaptive_avg_pool2d", LowerAdaptiveAvgPool2d);
-  r.Add("_adaptive_avg_pool2d_backward", LowerAdaptiveAvgPool2dBackward);
   // native_batch_norm updates running_mean/var in place without saying so in its schema.
   r.Add("native_batch_norm", LowerNativeBatchNorm).extra_mutations = {3, 4};
   r.Add("_native_batch_norm_legit", LowerBatchNormLegit);

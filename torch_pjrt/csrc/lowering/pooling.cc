@@ -286,7 +286,18 @@ std::vector<Val> LowerAdaptiveAvgPool(LowerCtx& c) {
   ElementType acc = Opmath(c.out().dtype);
   Val y = c.e.Convert(x, acc);
   int64_t first = x.rank() - n;
-  for (int i = n - 1; i >= 0; --i) y = AdaptiveSumDim(c.e, y, first + i, out_dims[first + i]);
+  bool uniform = true;
+  for (int i = 0; i < n; ++i) uniform &= x.dims()[first + i] % out_dims[first + i] == 0;
+  if (uniform) {  // one reshape [..., o0, k0, o1, k1, ...] and one reduction
+    Dims split(x.dims().begin(), x.dims().begin() + first), reduced;
+    for (int i = 0; i < n; ++i) {
+      split.push_back(out_dims[first + i]);
+      split.push_back(x.dims()[first + i] / out_dims[first + i]);
+      reduced.push_back(static_cast<int64_t>(split.size()) - 1);
+    }
+    y = SumDims(c.e, c.e.Reshape(y, split), reduced, acc);
+  }
+  for (int i = n - 1; i >= 0 && !uniform; --i) y = AdaptiveSumDim(c.e, y, first + i, out_dims[first + i]);
   Val counts = AdaptiveCounts(c.e, Trailing(x.dims(), n), out_dims, acc);
   return {c.e.Convert(c.e.Binary("divide", y, counts), c.out().dtype)};
 }
@@ -450,6 +461,10 @@ void RegisterPoolingOps(Registry& r) {
   r.Add("max_pool3d_with_indices_backward", LowerIndexedPoolBackward<3, 7>);
   r.Add("avg_pool3d", LowerAvgPool<3>);
   r.Add("avg_pool3d_backward", LowerAvgPoolBackward<3>);
+  // _adaptive_avg_pool2d moved here from nn.cc, where it was two matmuls with averaging
+  // matrices: their zero entries turned one inf into NaNs across the whole output (0 * inf).
+  r.Add("_adaptive_avg_pool2d", LowerAdaptiveAvgPool<2>);
+  r.Add("_adaptive_avg_pool2d_backward", LowerAdaptiveAvgPoolBackward<2>);
   r.Add("_adaptive_avg_pool3d", LowerAdaptiveAvgPool<3>);
   r.Add("_adaptive_avg_pool3d_backward", LowerAdaptiveAvgPoolBackward<3>);
   r.Add("adaptive_max_pool2d", LowerAdaptiveMaxPool<2>);
