@@ -26,6 +26,14 @@ int64_t Dilated(int64_t size, int64_t dilation) { return size == 0 ? 0 : 1 + dil
 Dims Trailing(const Dims& d, size_t n) { return Dims(d.end() - n, d.end()); }
 constexpr double kNoIndex = 9223372036854775807.0;
 
+// Index arithmetic in 32 bits where the positions fit (vectorizes twice as wide on the CPU).
+ElementType IndexType(const Dims& dims, size_t n) {
+  int64_t volume = 1;
+  for (size_t i = dims.size() - n; i < dims.size(); ++i) volume *= dims[i];
+  return volume < 2147483647 ? ElementType::kS32 : ElementType::kS64;
+}
+double NoIndex(ElementType t) { return t == ElementType::kS32 ? 2147483647.0 : kNoIndex; }
+
 // Should (xv, xi) replace (av, ai)? See the file comment.
 Val MaxTakes(Emitter& b, const Val& av, const Val& ai, const Val& xv, const Val& xi) {
   Val greater = b.Compare("GT", xv, av);
@@ -46,8 +54,8 @@ std::vector<Val> MaxBody(Emitter& b, const std::vector<Val>& a) {
 }
 
 // Flat index within the trailing n dims, for every element of `dims`.
-Val FlatIndex(Emitter& e, const Dims& dims, size_t n) {
-  TensorType it{ElementType::kS64, dims};
+Val FlatIndex(Emitter& e, const Dims& dims, size_t n, ElementType t = ElementType::kS64) {
+  TensorType it{t, dims};
   int64_t r = static_cast<int64_t>(dims.size());
   Val idx;
   int64_t stride = 1;
@@ -116,11 +124,44 @@ std::vector<Val> LowerMaxPool(LowerCtx& c) {
   if (NumElements(c.out(0).dims) == 0) {
     return {c.e.Full(0, c.out(0)), c.e.Full(0, c.out(1))};
   }
-  Val idx = FlatIndex(c.e, x.dims(), n);
+  Emitter& e = c.e;
   ElementType t = x.dtype();
-  std::vector<Val> r = c.e.ReduceWindow({x, idx}, {c.e.Scalar(LowestValue(t), t), c.e.Scalar(kNoIndex, ElementType::kS64)},
-                                        w.window, w.strides, Dims(x.rank(), 1), w.dilation, w.padding, MaxBody);
-  return {r[0], r[1]};
+  Val lowest = e.Scalar(LowestValue(t), t);
+  // Values: a single-operand windowed max (a variadic value-and-index reduce_window runs several
+  // times slower on XLA:CPU). Indices: one strided slice per window tap, folded elementwise: the
+  // first tap equal to the max, or the last NaN tap.
+  auto max_body = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("maximum", a[0], a[1])}; };
+  Val mx = e.ReduceWindow({x}, {lowest}, w.window, w.strides, Dims(x.rank(), 1), w.dilation, w.padding, max_body)[0];
+  Dims lo, hi, none(x.rank(), 0);
+  for (const auto& pr : w.padding) {
+    lo.push_back(pr.first);
+    hi.push_back(pr.second);
+  }
+  Val xp = e.Pad(x, lowest, lo, hi, none);
+  ElementType ix = IndexType(x.dims(), n);
+  Val ip = e.Pad(FlatIndex(e, x.dims(), n, ix), e.Scalar(NoIndex(ix), ix), lo, hi, none);
+  TensorType it{ix, mx.dims()};
+  Val first = e.Full(NoIndex(ix), it), last_nan = e.Full(-1, it);
+  bool is_float = IsFloating(t);
+  int64_t lead = x.rank() - n, taps = 1;
+  for (int64_t k : p.kernel) taps *= k;
+  for (int64_t tap = 0; tap < taps; ++tap) {
+    Dims start(x.rank(), 0), limit = xp.dims(), strides(x.rank(), 1);
+    int64_t rem = tap;
+    for (int64_t d = n - 1; d >= 0; --d) {
+      int64_t j = rem % p.kernel[d];
+      rem /= p.kernel[d];
+      int64_t a = lead + d;
+      start[a] = j * p.dilation[d];
+      limit[a] = start[a] + (mx.dims()[a] - 1) * p.stride[d] + 1;
+      strides[a] = p.stride[d];
+    }
+    Val xt = e.Slice(xp, start, limit, strides), itap = e.Slice(ip, start, limit, strides);
+    first = e.Binary("minimum", first, e.Select(e.Compare("EQ", xt, mx), itap, e.Full(NoIndex(ix), it)));
+    if (is_float) last_nan = e.Binary("maximum", last_nan, e.Select(e.Compare("NE", xt, xt), itap, e.Full(-1, it)));
+  }
+  Val idx = is_float ? e.Select(e.Compare("NE", mx, mx), last_nan, first) : first;
+  return {mx, e.Convert(idx, ElementType::kS64)};
 }
 
 // Scatter-adds `src` at flat per-plane positions `idx` (both shaped like `src`) into zeros of
@@ -154,6 +195,94 @@ std::vector<Val> LowerIndexedPoolBackward(LowerCtx& c) {
   ElementType acc = Opmath(c.out().dtype);
   Val grad = ScatterPlanes(c.e, c.e.Convert(g, acc), idx, x.dims(), n, "add");
   return {c.e.Convert(grad, c.out().dtype)};
+}
+
+// max_pool2d/3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
+//                                     ceil_mode, indices). The windows are static: for each kernel
+// tap, the windows whose recorded index is that tap's position send their gradient there. The
+// positions a tap reaches are one stride phase of the input, shifted: contributions are summed per
+// phase with plain pads, and the phases interleaved by a reshape-transpose at the end. No scatter
+// (serial on XLA:CPU), no gather, no interior padding (an integer division per element and tap). Indices are assumed to
+// come from the forward op (each inside its window), as autograd passes them.
+template <int n>
+std::vector<Val> LowerMaxPoolBackward(LowerCtx& c) {
+  Val g = c.tensor(0), x = c.tensor(1), idx = c.tensor(7);
+  Emitter& e = c.e;
+  if (x.numel() == 0 || g.numel() == 0) return {e.Full(0, c.out())};
+  PoolArgs p = ReadPoolArgs(c, n, 2, 3, 4, 5);
+  ElementType acc = Opmath(c.out().dtype);
+  int64_t lead = x.rank() - n;
+  Val gc = e.Convert(g, acc);
+  ElementType ix = IndexType(x.dims(), n);
+  Val iv = e.Convert(idx, ix);
+  TensorType it{ix, g.dims()};
+  Val zeros = e.Full(0, gc.type);
+  // Input positions split by stride phase: i = q * s + r, q < Q = ceil(in / s).
+  Dims q(static_cast<size_t>(n), 0);
+  int64_t num_phases = 1;
+  for (int d = 0; d < n; ++d) {
+    q[d] = (x.dims()[lead + d] + p.stride[d] - 1) / p.stride[d];
+    num_phases *= p.stride[d];
+  }
+  std::vector<Val> phases(static_cast<size_t>(num_phases));
+  int64_t taps = 1;
+  for (int64_t k : p.kernel) taps *= k;
+  for (int64_t tap = 0; tap < taps; ++tap) {
+    Dims offset(static_cast<size_t>(n), 0);
+    int64_t rem = tap;
+    for (int d = n - 1; d >= 0; --d) {
+      offset[d] = (rem % p.kernel[d]) * p.dilation[d] - p.padding[d];
+      rem /= p.kernel[d];
+    }
+    // This tap's input position for every window, and whether it lies inside the input.
+    Val pos, inside;
+    int64_t stride = 1;
+    for (int d = n - 1; d >= 0; --d) {
+      int64_t a = lead + d, in = x.dims()[a];
+      Val coord = e.Binary("add", e.Binary("multiply", e.Iota(it, a), e.Full(static_cast<double>(p.stride[d]), it)),
+                           e.Full(static_cast<double>(offset[d]), it));
+      Val ok = e.Binary("and", e.Compare("GE", coord, e.Full(0, it)), e.Compare("LT", coord, e.Full(static_cast<double>(in), it)));
+      inside = inside.valid() ? e.Binary("and", inside, ok) : ok;
+      Val term = stride == 1 ? coord : e.Binary("multiply", coord, e.Full(static_cast<double>(stride), it));
+      pos = pos.valid() ? e.Binary("add", pos, term) : term;
+      stride *= in;
+    }
+    Val hit = e.Binary("and", inside, e.Compare("EQ", iv, pos));
+    Val masked = e.Select(hit, gc, zeros);
+    // Window o's tap lands at o * s + off = (o + qoff) * s + r: phase r, shifted by qoff.
+    Dims lo(x.rank(), 0), hi(x.rank(), 0), none(x.rank(), 0);
+    int64_t phase = 0;
+    for (int d = 0; d < n; ++d) {
+      int64_t a = lead + d, out = g.dims()[a];
+      int64_t r = ((offset[d] % p.stride[d]) + p.stride[d]) % p.stride[d];
+      int64_t qoff = (offset[d] - r) / p.stride[d];
+      lo[a] = qoff;
+      hi[a] = q[d] - out - qoff;
+      phase = phase * p.stride[d] + r;
+    }
+    Val shifted = e.Pad(masked, e.Scalar(0, acc), lo, hi, none);
+    phases[phase] = phases[phase].valid() ? e.Binary("add", phases[phase], shifted) : shifted;
+  }
+  // Interleave the phases: [..., Q0, Q1, s0, s1] -> [..., Q0, s0, Q1, s1] -> [..., Q0*s0, Q1*s1].
+  Dims qdims(x.dims().begin(), x.dims().begin() + lead);
+  for (int d = 0; d < n; ++d) qdims.push_back(q[d]);
+  Dims one = qdims;
+  one.push_back(1);
+  std::vector<Val> parts;
+  for (Val& ph : phases) parts.push_back(e.Reshape(ph.valid() ? ph : e.Full(0, TensorType{acc, qdims}), one));
+  Val stacked = e.Concatenate(parts, static_cast<int64_t>(qdims.size()));
+  Dims split = qdims, perm, merged(x.dims().begin(), x.dims().begin() + lead);
+  for (int d = 0; d < n; ++d) split.push_back(p.stride[d]);
+  for (int64_t i = 0; i < lead; ++i) perm.push_back(i);
+  for (int d = 0; d < n; ++d) {
+    perm.push_back(lead + d);
+    perm.push_back(lead + n + d);
+    merged.push_back(q[d] * p.stride[d]);
+  }
+  Val grad = e.Reshape(e.Transpose(e.Reshape(stacked, split), perm), merged);
+  Dims start(x.rank(), 0), strides(x.rank(), 1);
+  grad = e.Slice(grad, start, x.dims(), strides);
+  return {e.Convert(grad, c.out().dtype)};
 }
 
 // ------------------------------------------------------------ average pooling
@@ -456,9 +585,9 @@ void RegisterPoolingOps(Registry& r) {
   // max_pool2d_with_indices moved here from nn.cc: its window padding now loses ties to real
   // elements (an all -inf window reported index -1) and NaN ties follow the CPU scan order.
   r.Add("max_pool2d_with_indices", LowerMaxPool<2>);
-  r.Add("max_pool2d_with_indices_backward", LowerIndexedPoolBackward<2, 7>);
+  r.Add("max_pool2d_with_indices_backward", LowerMaxPoolBackward<2>);
   r.Add("max_pool3d_with_indices", LowerMaxPool<3>);
-  r.Add("max_pool3d_with_indices_backward", LowerIndexedPoolBackward<3, 7>);
+  r.Add("max_pool3d_with_indices_backward", LowerMaxPoolBackward<3>);
   r.Add("avg_pool3d", LowerAvgPool<3>);
   r.Add("avg_pool3d_backward", LowerAvgPoolBackward<3>);
   // _adaptive_avg_pool2d moved here from nn.cc, where it was two matmuls with averaging
