@@ -192,7 +192,11 @@ const TableData& Data() {
     RegisterDynamicShapeOps(r);
     RegisterRandomOps(r);
     RegisterOptimizerOps(r);
-    RegisterForeachOps(r);
+    RegisterPaddingOps(r);
+    RegisterPoolingOps(r);
+    RegisterUpsampleOps(r);
+    RegisterSamplingOps(r);
+    RegisterForeachOps(r);  // last: it pairs with ops registered before it
     auto* d = new TableData();
     d->entries = r.entries();
     for (size_t i = 0; i < d->entries.size(); ++i) {

@@ -139,6 +139,10 @@ void RegisterRnnOps(Registry& r);
 void RegisterDynamicShapeOps(Registry& r);
 void RegisterRandomOps(Registry& r);
 void RegisterOptimizerOps(Registry& r);
-void RegisterForeachOps(Registry& r);  // last: it pairs with ops registered before it
+void RegisterPaddingOps(Registry& r);
+void RegisterPoolingOps(Registry& r);
+void RegisterUpsampleOps(Registry& r);
+void RegisterSamplingOps(Registry& r);
+void RegisterForeachOps(Registry& r);  // called last: it pairs with ops registered before it
 
 }  // namespace torch_pjrt::lowering
