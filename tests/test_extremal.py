@@ -712,77 +712,11 @@ def check_op(o, dtype, cpu_args):
     assert fallbacks == {}, f"fell back to the CPU: {fallbacks}"
 
 
-# Known differences, each a strict xfail with its cause. Neither can be fixed in a lowering: both
-# are in aten/lowered_kernel.cc, which decides at call time whether an op raises.
-NO_DTYPE_CHECK = (
-    "CPU eager raises NotImplementedError (its kernel has no implementation for this dtype); pjrt checks "
-    "no dtypes when the op is called: torch's Meta kernel accepts the dtype, aten/lowered_kernel.cc records "
-    "the node, and the graph computes a value or fails to compile (RuntimeError). Needs a per-op dtype "
-    "check at call time in lowered_kernel.cc.")
-NOT_IMPLEMENTED_ON_CPU = {
-    "abs": "bool",
-    "addcmul": "bool",
-    "batch_norm_eval": "bool uint8 int8 int16 int32 int64",
-    "batch_norm_no_update": "bool uint8 int8 int16 int32 int64",
-    "batch_norm_with_update": "bool",
-    "batch_norm_train_stats": "bool",
-    "bitwise_and": "float16 bfloat16 float32 float64",
-    "bitwise_not": "float16 bfloat16 float32 float64",
-    "bitwise_or": "float16 bfloat16 float32 float64",
-    "bitwise_xor": "float16 bfloat16 float32 float64",
-    "ceil": "bool",
-    "clamp_both_tensor": "bool",
-    "div_trunc": "bool",
-    "elu_backward": "bool uint8 int8 int16 int32 int64",
-    "elu_backward_result": "bool uint8 int8 int16 int32 int64",
-    "floor": "bool",
-    "fmod": "bool",
-    "frac": "uint8 int8 int16 int32 int64",
-    "gelu": "bool uint8 int8 int16 int32 int64",
-    "gelu_backward": "bool uint8 int8 int16 int32 int64",
-    "gelu_backward_tanh": "bool uint8 int8 int16 int32 int64",
-    "gelu_tanh": "bool uint8 int8 int16 int32 int64",
-    "hardsigmoid": "bool uint8 int8 int16 int32 int64",
-    "hardsigmoid_backward": "bool uint8 int8 int16 int32 int64",
-    "hardswish": "bool uint8 int8 int16 int32 int64",
-    "hardswish_backward": "bool uint8 int8 int16 int32 int64",
-    "hardtanh_backward": "bool uint8 int8 int16 int32 int64",
-    "leaky_relu_backward": "bool uint8 int8 int16 int32 int64",
-    "lerp_scalar": "bool uint8 int8 int16 int32 int64",
-    "lerp_tensor": "bool uint8 int8 int16 int32 int64",
-    "log_softmax": "uint8 int8 int16 int32 int64",
-    "log_softmax_backward": "uint8 int8 int16 int32 int64",
-    "mish": "bool uint8 int8 int16 int32 int64",
-    "pow": "bool",
-    "remainder": "bool",
-    "round": "bool",
-    "sigmoid_backward": "bool uint8 int8 int16 int32 int64",
-    "silu": "bool uint8 int8 int16 int32 int64",
-    "silu_backward": "bool uint8 int8 int16 int32 int64",
-    "softmax": "bool uint8 int8 int16 int32 int64",
-    "softmax_backward": "bool uint8 int8 int16 int32 int64",
-    "softplus": "bool uint8 int8 int16 int32 int64",
-    "softplus_backward": "bool uint8 int8 int16 int32 int64",
-    "softplus_beta": "bool uint8 int8 int16 int32 int64",
-    "tanh_backward": "bool uint8 int8 int16 int32 int64",
-    "threshold_backward": "bool",
-    "trunc": "bool",
-}
-VALUE_CHECK_MEMOIZED = (
-    "aten/lowered_kernel.cc memoizes Meta results keyed by the kind of a value Scalar, not its value: after "
-    "masked_fill(int tensor, 0.5) passes, masked_fill(int tensor, inf) skips the Meta check that raises "
-    "'value cannot be converted to type ... without overflow' on CPU, and pjrt stores a converted value.")
-XFAIL = {(name, dtype): NO_DTYPE_CHECK for name, dtypes in NOT_IMPLEMENTED_ON_CPU.items() for dtype in dtypes.split()}
-XFAIL.update({("masked_fill_overflow", d): VALUE_CHECK_MEMOIZED for d in ["uint8", "int8", "int16", "int32", "int64"]})
-
-
 def params():
     out = []
     for o in OPS:
         for dtype in ALL:
-            key = (o.name, NAME[dtype])
-            marks = [pytest.mark.xfail(reason=XFAIL[key], strict=True)] if key in XFAIL else []
-            out.append(pytest.param(o.name, dtype, id=f"{o.name}-{NAME[dtype]}", marks=marks))
+            out.append(pytest.param(o.name, dtype, id=f"{o.name}-{NAME[dtype]}"))
     return out
 
 
