@@ -192,6 +192,9 @@ const TableData& Data() {
     RegisterDynamicShapeOps(r);
     RegisterRandomOps(r);
     RegisterOptimizerOps(r);
+    RegisterSortingOps(r);
+    RegisterScanOps(r);
+    RegisterScatterReduceOps(r);
     RegisterForeachOps(r);
     auto* d = new TableData();
     d->entries = r.entries();
