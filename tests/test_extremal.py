@@ -396,6 +396,33 @@ op("all_dims", lambda m: torch.all(m.view(-1, 2, 4), dim=(1, 2)), "rows", "all.d
 op("logsumexp", both_dims(lambda m, d: torch.logsumexp(m, d)), "rows", "logsumexp", tol=4)
 op("cumsum", both_dims(lambda m, d: torch.cumsum(m, d)), "rows", "cumsum", tol=4)
 op("cumsum_f64", lambda m: torch.cumsum(m, 1, dtype=torch.float64), "rows", "cumsum", tol=4)
+op("cumprod", both_dims(lambda m, d: torch.cumprod(m, d)), "rows", "cumprod", tol=8)
+op("cummax", both_dims(lambda m, d: tuple(torch.cummax(m, d))), "rows", "cummax", exact=True)
+op("cummin", both_dims(lambda m, d: tuple(torch.cummin(m, d))), "rows", "cummin", exact=True)
+# max + log1p(exp(min - max)) cancels near a result of 0: ulps of the largest |x| so far.
+op("logcumsumexp", lambda m: torch.logcumsumexp(m, 1), "rows", "logcumsumexp", tol=8,
+   scale=lambda m: torch.cummax(m.abs().nan_to_num(0.0), 1)[0])
+op("logcumsumexp_dim0", lambda m: torch.logcumsumexp(m.t(), 0).t(), "rows", "logcumsumexp", tol=8,
+   scale=lambda m: torch.cummax(m.abs().nan_to_num(0.0), 1)[0])
+op("nansum", per_row(torch.nansum), "each", "nansum", tol=4)
+op("nansum_dim", both_dims(lambda m, d: torch.nansum(m, d)), "rows", "nansum", tol=4)
+# Sorting and selection: NaN sorts as the largest value. Values only where the rows' ties leave the
+# index to the CPU kernel's algorithm (topk, kthvalue, nanmedian, mode; see test_lowerings_sorting).
+op("sort", both_dims(lambda m, d: tuple(torch.sort(m, dim=d, stable=True))), "rows", "sort.stable", exact=True)
+op("sort_descending", lambda m: tuple(torch.sort(m, dim=1, descending=True, stable=True)), "rows", "sort.stable",
+   exact=True)
+op("topk", both_dims(lambda m, d: torch.topk(m, 3, d)[0]), "rows", "topk", exact=True)
+op("topk_smallest", lambda m: torch.topk(m, 2, 1, largest=False)[0], "rows", "topk", exact=True)
+op("kthvalue", both_dims(lambda m, d: torch.kthvalue(m, 3, d)[0]), "rows", "kthvalue", exact=True)
+op("median", per_row(torch.median), "each", "median", exact=True)
+op("nanmedian", per_row(torch.nanmedian), "each", "nanmedian", exact=True)
+op("median_dim", both_dims(lambda m, d: tuple(torch.median(m, d))), "rows", "median.dim", exact=True)
+op("nanmedian_dim", both_dims(lambda m, d: torch.nanmedian(m, d)[0]), "rows", "nanmedian.dim", exact=True)
+op("mode", both_dims(lambda m, d: torch.mode(m, d)[0]), "rows", "mode", exact=True)
+op("aminmax", both_dims(lambda m, d: tuple(torch.aminmax(m, dim=d))), "rows", "aminmax", exact=True,
+   signed_zeros=False)
+op("aminmax_all", per_row(lambda r: tuple(torch.aminmax(r))), "each", "aminmax", exact=True, signed_zeros=False)
+op("count_nonzero", both_dims(lambda m, d: torch.count_nonzero(m, d)), "rows", "count_nonzero.dim_IntList")
 op("softmax", both_dims(lambda m, d: torch.softmax(m, d)), "rows", "_softmax", tol=8)
 op("log_softmax", both_dims(lambda m, d: torch.log_softmax(m, d)), "rows", "_log_softmax", tol=8)
 # y * (g - sum(g * y)) cancels: ulps of y * (|g| + |sum(g * y)|).
@@ -752,6 +779,12 @@ OTHER_CATEGORIES = {
                        "normal.Tensor_Tensor", "log_normal", "exponential", "geometric", "cauchy", "bernoulli",
                        "bernoulli.p", "bernoulli.Tensor", "random", "random.from", "random.to",
                        "randperm.generator_out", "multinomial", "native_dropout", "native_dropout_backward"],
+    # tests/test_lowerings_sorting.py (with NaN, infinities, signed zeros and out-of-range indices).
+    "search, scatter reductions and masked/indexed writes": [
+        "searchsorted.Tensor", "searchsorted.Scalar", "bucketize.Tensor", "bucketize.Scalar", "isin.Tensor_Tensor",
+        "isin.Tensor_Scalar", "isin.Scalar_Tensor", "histc", "scatter_reduce.two", "index_reduce", "index_add",
+        "index_copy", "index_fill.int_Scalar", "index_fill.int_Tensor", "masked_scatter", "masked_scatter_backward",
+        "take", "put", "cumprod_backward"],
     # tests/test_optim_native.py and tests/test_amp_and_checkpoints.py.
     "optimizers and gradient scaling": ["_fused_adam", "_fused_adam.tensor_lr", "_fused_adamw",
                                         "_fused_adamw.tensor_lr", "_fused_sgd", "_fused_sgd.tensor_lr",

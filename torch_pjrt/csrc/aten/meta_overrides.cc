@@ -1,5 +1,7 @@
 #include "aten/meta_overrides.h"
 
+#include "aten/meta_guards.h"
+
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/_upsample_bicubic2d_aa.h>
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
@@ -100,6 +102,7 @@ void Upsample2dMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
 }  // namespace
 
 MetaOverride FindMetaOverride(const std::string& name) {
+  if (MetaOverride guard = FindMetaGuard(name)) return guard;
   static const auto* table = new std::unordered_map<std::string, MetaOverride>{
       {"aten::_thnn_fused_lstm_cell", &LstmCellMeta},
       {"aten::_thnn_fused_lstm_cell_backward_impl", &LstmCellBackwardMeta},

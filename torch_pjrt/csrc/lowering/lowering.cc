@@ -196,6 +196,9 @@ const TableData& Data() {
     RegisterPoolingOps(r);
     RegisterUpsampleOps(r);
     RegisterSamplingOps(r);
+    RegisterSortingOps(r);
+    RegisterScanOps(r);
+    RegisterScatterReduceOps(r);
     RegisterForeachOps(r);  // last: it pairs with ops registered before it
     auto* d = new TableData();
     d->entries = r.entries();

@@ -143,6 +143,9 @@ void RegisterPaddingOps(Registry& r);
 void RegisterPoolingOps(Registry& r);
 void RegisterUpsampleOps(Registry& r);
 void RegisterSamplingOps(Registry& r);
-void RegisterForeachOps(Registry& r);  // called last: it pairs with ops registered before it
+void RegisterSortingOps(Registry& r);
+void RegisterScanOps(Registry& r);
+void RegisterScatterReduceOps(Registry& r);
+void RegisterForeachOps(Registry& r);  // last: it pairs with ops registered before it
 
 }  // namespace torch_pjrt::lowering
