@@ -141,6 +141,13 @@ OpLowering& Registry::Add(std::string schema, LowerFn fn) {
   return entries_.back();
 }
 
+OpLowering* Registry::Find(std::string_view schema) {
+  for (OpLowering& e : entries_) {
+    if (e.schema == schema) return &e;
+  }
+  return nullptr;
+}
+
 namespace {
 struct TableData {
   std::vector<OpLowering> entries;
@@ -157,6 +164,10 @@ const TableData& Data() {
     RegisterIndexingOps(r);
     RegisterFactoryOps(r);
     RegisterRnnOps(r);
+    RegisterFftOps(r);
+    RegisterLinalgDecompositionOps(r);
+    RegisterLinalgMiscOps(r);
+    RegisterComplexOps(r);
     auto* d = new TableData();
     d->entries = r.entries();
     for (size_t i = 0; i < d->entries.size(); ++i) {

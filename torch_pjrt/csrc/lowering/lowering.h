@@ -92,6 +92,9 @@ struct OpLowering {
 class Registry {
  public:
   OpLowering& Add(std::string schema, LowerFn fn);
+  // The entry registered so far for `schema`, or nullptr: lets a later file wrap another file's
+  // lowering (complex.cc routes complex inputs of real-only lowerings to its own code).
+  OpLowering* Find(std::string_view schema);
   const std::vector<OpLowering>& entries() const { return entries_; }
 
  private:
@@ -112,5 +115,9 @@ void RegisterNNOps(Registry& r);
 void RegisterIndexingOps(Registry& r);
 void RegisterFactoryOps(Registry& r);
 void RegisterRnnOps(Registry& r);
+void RegisterFftOps(Registry& r);
+void RegisterComplexOps(Registry& r);  // after the others: it wraps some of their entries
+void RegisterLinalgDecompositionOps(Registry& r);
+void RegisterLinalgMiscOps(Registry& r);
 
 }  // namespace torch_pjrt::lowering
