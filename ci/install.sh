@@ -9,6 +9,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=(.venv/bin/python -m pip -q --disable-pip-version-check)
 # torch is pinned: any other spec resolves to multi-GB CUDA builds.
-"${PIP[@]}" install "torch==2.13.0" numpy xla-cpu-pjrt ninja pybind11 pytest expecttest hypothesis setuptools wheel
+"${PIP[@]}" install "torch==2.13.0" numpy xla-cpu-pjrt ninja pybind11 pytest expecttest setuptools wheel
 # --no-build-isolation: build against the torch installed above, never a freshly downloaded one.
 MAX_JOBS="${MAX_JOBS:-2}" "${PIP[@]}" install --no-build-isolation --no-deps -e .

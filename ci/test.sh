@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci/install.sh
+ci/install_test_deps.sh
 exec .venv/bin/python -m pytest -q tests openreg_tests "$@"

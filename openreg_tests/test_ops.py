@@ -40,7 +40,12 @@ NONDETERMINISTIC = {"empty", "empty_like", "new_empty", "new_empty_strided", "em
                     "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
                     "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
                     "nn.functional.rrelu", "randint", "randn", "rand", "normal.number_mean",
-                    "nn.functional.multi_head_attention_forward"}
+                    "nn.functional.multi_head_attention_forward",
+                    # Random numbers: pjrt draws from its own generator (same seed, same numbers, as
+                    # on CUDA, but not the CPU's numbers); tests/test_random.py checks their
+                    # distributions, and these ops' deterministic parts are covered elsewhere.
+                    "cauchy", "exponential", "geometric", "log_normal", "nn.functional.fractional_max_pool2d",
+                    "nn.functional.fractional_max_pool3d", "svd_lowrank", "pca_lowrank"}
 
 MAX_SAMPLES = 4
 
@@ -69,7 +74,8 @@ class TestPjrtOpInfo(TestCase):
             self.skipTest("nondeterministic or uninitialized output")
         failures = []
         compared = unsupported = 0
-        for sample in list(op.sample_inputs("cpu", dtype))[:MAX_SAMPLES]:
+        samples = [s for s in op.sample_inputs("cpu", dtype) if not s.kwargs.get("dropout_p")]  # random
+        for sample in samples[:MAX_SAMPLES]:
             moved = on_device(sample, device)
             try:
                 expected = op(sample.input, *sample.args, **sample.kwargs)

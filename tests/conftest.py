@@ -1,5 +1,6 @@
 """Test session setup: 4 virtual CPU devices (the default is 1; multi-device tests need more) and
-a private persistent compile cache, both fixed before the PJRT client starts."""
+a private persistent compile cache, both fixed before the PJRT client starts; the real-model
+builders of bench/ on the path, and torchvision importable next to the CPU torch."""
 import os
 import sys
 import tempfile
@@ -9,3 +10,9 @@ os.environ.setdefault("TORCH_PJRT_CACHE_DIR", tempfile.mkdtemp(prefix="torch_pjr
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 sys.path.insert(0, os.path.dirname(__file__))
+# bench/ holds the real-model builders the model tests share with the benchmarks.
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+
+from torchvision_compat import ensure_torchvision_importable  # noqa: E402
+
+ensure_torchvision_importable()  # before anything imports timm or transformers

@@ -42,19 +42,12 @@ def test_fallback_warns_once_per_op_and_can_be_silenced():
     assert "silenced True" in out
 
 
-def test_in_place_fallback_writes_back():
+def test_fallback_writes_back_into_views():
     a = torch.rand(4, 4)
     x = a.to("pjrt")
     v = x[1:3]
-    v.exponential_(2.0)  # no lowering: runs on CPU, result copied back into the view
-    assert not torch.equal(x.cpu()[1:3], a[1:3])
-    assert torch.equal(x.cpu()[0], a[0]) and torch.equal(x.cpu()[3], a[3])
-
-
-def test_data_dependent_shapes_fall_back():
-    a = torch.tensor([1.0, -2.0, 3.0, -4.0])
-    x = a.to("pjrt")
     with Counters() as c:
-        y = x[x > 0]  # boolean mask: result shape depends on the data
-    assert y.cpu().tolist() == [1.0, 3.0]
-    assert c["FallbackOps"] >= 1
+        torch.special.bessel_j0(v.clone(), out=v)  # no lowering: runs on the CPU, copied back into the view
+    assert c["FallbackOps"] == 1
+    torch.testing.assert_close(x.cpu()[1:3], torch.special.bessel_j0(a[1:3]))
+    assert torch.equal(x.cpu()[0], a[0]) and torch.equal(x.cpu()[3], a[3])

@@ -24,6 +24,7 @@ __all__ = [
     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
     "set_rng_state", "get_rng_state_all", "set_rng_state_all", "get_amp_supported_dtype",
     "is_initialized", "init", "memory_allocated", "max_memory_allocated", "memory_reserved",
+    "max_memory_reserved",
     "reset_peak_memory_stats", "memory_stats", "plugin", "platform", "plugins", "capabilities",
     "metrics", "metrics_report", "set_fallback_warnings", "cache_dir", "set_cache_dir",
     "set_log_compiles", "set_dump_dir", "set_max_pending_nodes", "max_pending_nodes",
@@ -165,7 +166,8 @@ def get_amp_supported_dtype() -> List[torch.dtype]:
 # ---------------------------------------------------------------------------------- memory
 
 def memory_stats(device: _DeviceLike = None) -> Dict[str, int]:
-    """allocated: bytes of live pjrt storages; reserved: bytes of materialized device buffers."""
+    """allocated: bytes of live pjrt storages; reserved: bytes of materialized device buffers
+    (a donated buffer counts once, as the output that reuses its memory)."""
     return dict(_C._memory_stats(_index(device)))
 
 
@@ -175,6 +177,11 @@ def memory_allocated(device: _DeviceLike = None) -> int:
 
 def max_memory_allocated(device: _DeviceLike = None) -> int:
     return memory_stats(device)["allocated_bytes.peak"]
+
+
+def max_memory_reserved(device: _DeviceLike = None) -> int:
+    """Peak bytes of device buffers since the last reset_peak_memory_stats."""
+    return memory_stats(device)["reserved_bytes.peak"]
 
 
 def memory_reserved(device: _DeviceLike = None) -> int:

@@ -6,9 +6,11 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "aten/fallback.h"
+#include "aten/lazy_tensor.h"
 #include "graph/executor.h"
 #include "graph/metrics.h"
 
@@ -28,7 +30,32 @@ void RunCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, con
   const std::string& full = op.schema().operator_name().name;
   // One sync for all pending work, so the copies below find everything materialized.
   graph::SyncAllDevices(graph::SyncCause::kFallback);
+  // torch's cpu_fallback puts new results on the device of the first tensor argument, which may
+  // be a CPU scalar (0 // x passes torch.tensor(0) first): results belong on the pjrt device.
+  std::optional<c10::Device> device;
+  size_t num_args = op.schema().arguments().size();
+  for (const c10::IValue& iv : torch::jit::last(*stack, num_args)) {
+    if (iv.isTensor() && iv.toTensor().defined() && IsPjrt(iv.toTensor())) {
+      device = iv.toTensor().device();
+      break;
+    }
+  }
   at::native::cpu_fallback(op, stack, /*error_on_views=*/false);
+  if (device) {
+    size_t num_returns = op.schema().returns().size();
+    for (size_t k = stack->size() - std::min(num_returns, stack->size()); k < stack->size(); ++k) {
+      c10::IValue& iv = (*stack)[k];
+      if (iv.isTensor() && iv.toTensor().defined() && iv.toTensor().device().is_cpu()) {
+        iv = iv.toTensor().to(*device);
+      } else if (iv.isTensorList()) {
+        c10::List<at::Tensor> list = iv.toTensorList();
+        for (size_t i = 0; i < list.size(); ++i) {
+          at::Tensor t = list.get(i);
+          if (t.defined() && t.device().is_cpu()) list.set(i, t.to(*device));
+        }
+      }
+    }
+  }
   // Counted and reported only once it ran: arguments the CPU kernel rejects are the user's error.
   graph::Metrics::Increment(graph::Counter::kFallbackOps);
   graph::Metrics::IncrementNamed(full);

@@ -3,6 +3,7 @@
 // (memoized per input signature), non-tensor arguments become node attributes, value scalars
 // become 0-d graph inputs, and in-place / out= variants write the functional result back into
 // their destination storages.
+#include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/WrapDimMinimal.h>
 #include <ATen/native/Resize.h>
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "aten/dynamic_shape.h"
 #include "aten/fallback.h"
 #include "aten/lazy_tensor.h"
 #include "aten/meta_overrides.h"
@@ -60,6 +62,16 @@ uint64_t HashTensor(uint64_t h, const at::Tensor& t) {
   return h;
 }
 
+// A non-empty list of Python numbers (Scalar[]).
+bool IsScalarList(const c10::IValue& list) {
+  // int[], float[] and bool[] arguments are typed lists (structural); Scalar[] is a generic one.
+  if (!list.isList() || list.isIntList() || list.isDoubleList() || list.isBoolList()) return false;
+  for (const c10::IValue& e : list.toListRef()) {
+    if (!(e.isDouble() || e.isInt() || e.isBool() || e.isComplexDouble())) return false;
+  }
+  return !list.toListRef().empty();
+}
+
 // Hashes everything about an argument that can change the Meta kernel's result: dtypes, sizes,
 // strides, structural values, the *kind* of value scalars (never their value), and also the
 // arguments the trace ignores (memory_format decides the result's strides, layout and device
@@ -99,7 +111,9 @@ uint64_t HashIValue(uint64_t h, const c10::IValue& iv, ArgRole role) {
   }
   if (iv.isList()) {
     h = Mix(h, 0x9);
-    for (const c10::IValue& e : iv.toListRef()) h = HashIValue(h, e, ArgRole::kPlain);
+    // Scalar[] elements are values (see PlainArg): only their kinds matter.
+    ArgRole elements = IsScalarList(iv) ? ArgRole::kScalarValue : ArgRole::kPlain;
+    for (const c10::IValue& e : iv.toListRef()) h = HashIValue(h, e, elements);
     return h;
   }
   if (iv.isDoubleList()) {
@@ -144,8 +158,15 @@ OutSpec SpecOf(const at::Tensor& t) {
                  c10::SmallVector<int64_t, 6>(t.strides().begin(), t.strides().end())};
 }
 
+// "aten::name.overload" of the functional op of `sig`.
+std::string FunctionalName(const OpSignature& sig) {
+  const c10::FunctionSchema& s = sig.functional.schema();
+  return s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
+}
+
 MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   c10::DispatchKeySet meta_keys(c10::DispatchKey::Meta);
+  MetaOverride override_fn = nullptr;
   MetaResult result;
   torch::jit::Stack stack;
   if (sig.meta_runs_op) {
@@ -158,7 +179,8 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
     sig.op.redispatchBoxed(meta_keys, &stack);
   } else {
     for (size_t i = 0; i < sig.num_functional_args; ++i) stack.push_back(ToMetaIValue(args[i]));
-    if (MetaOverride override_fn = FindMetaOverride(sig.name)) {
+    override_fn = FindMetaOverride(FunctionalName(sig));
+    if (override_fn != nullptr) {
       torch::jit::Stack results;
       override_fn(stack, &results);
       stack = std::move(results);
@@ -176,7 +198,8 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
       for (const at::Tensor& t : r.toTensorList()) result.outputs.push_back(SpecOf(t));
     }
   }
-  if (sig.variant != Variant::kFunctional && !sig.meta_runs_op) {
+  // (Ops with a Meta override have no Meta kernel for their variants either.)
+  if (sig.variant != Variant::kFunctional && !sig.meta_runs_op && override_fn == nullptr) {
     // The variant's own Meta kernel performs torch's checks (in-place broadcast and dtype
     // casting rules, out= dtype rules) with torch's messages. Out tensors are passed empty so
     // their resize warning comes from the real resize below, once per call.
@@ -358,6 +381,15 @@ struct NodeBuilder {
       }
       return ListArg(ArgKind::kDoubleList, v);
     }
+    if (iv.isList() && IsScalarList(iv)) {
+      // Scalar[] (optimizers' per-parameter step sizes): each element a value, never a constant.
+      std::vector<int64_t> items;
+      for (const c10::IValue& e : iv.toListRef()) {
+        Arg value = ScalarArg(e, /*structural=*/false);
+        items.push_back(value.payload);
+      }
+      return ListArg(ArgKind::kValueList, items);
+    }
     if (iv.isTensorList() || iv.isList()) {
       std::vector<int64_t> items;
       for (const c10::IValue& e : iv.toListRef()) {
@@ -401,17 +433,38 @@ int FindDevice(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   return device;
 }
 
-bool HasMaskIndices(c10::ArrayRef<c10::IValue> args) {
+// The (seed, offset) a random op draws with, as value scalars, advancing the generator past the
+// numbers it uses: the op's Generator argument, or the device's default one (torch's rule). The
+// offset grows at trace time, so every draw of a step is distinct while the graph stays the same.
+Arg RandomState(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const MetaResult& meta, int device,
+                NodeBuilder* b) {
+  std::optional<at::Generator> given;
+  if (sig.generator_arg >= 0) given = args[sig.generator_arg].toOptional<at::Generator>();
+  at::Generator gen = given && given->defined()
+                          ? *given
+                          : at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device));
+  TORCH_CHECK(gen.device().type() == c10::DeviceType::PrivateUse1,
+              "Expected a '", c10::get_privateuse1_backend(), "' device type for generator but found '",
+              gen.device().type(), "'");
+  // Enough counter values for two draws per element of the largest tensor involved (normal
+  // distributions use two uniforms per value), rounded to a multiple of 4 like torch's offsets.
+  int64_t largest = 1;
+  for (const OutSpec& o : meta.outputs) largest = std::max(largest, c10::multiply_integers(o.sizes));
   for (const c10::IValue& iv : args) {
-    if (!iv.isList() && !iv.isTensorList()) continue;
-    for (const c10::IValue& e : iv.toListRef()) {
-      if (e.isTensor() && e.toTensor().defined() &&
-          (e.toTensor().scalar_type() == c10::kBool || e.toTensor().scalar_type() == c10::kByte)) {
-        return true;
-      }
-    }
+    if (iv.isTensor() && iv.toTensor().defined()) largest = std::max(largest, iv.toTensor().numel());
   }
-  return false;
+  uint64_t increment = (static_cast<uint64_t>(2 * largest) + 3) / 4 * 4;
+  uint64_t seed, offset;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    c10::GeneratorImpl* impl = gen.unsafeGetGeneratorImpl();
+    seed = impl->current_seed();
+    offset = impl->get_offset();
+    impl->set_offset(offset + increment);
+  }
+  std::vector<int64_t> slots{b->AddInput(graph::MakeSlot(device, ElementType::kU64, &seed)),
+                             b->AddInput(graph::MakeSlot(device, ElementType::kU64, &offset))};
+  return b->ListArg(ArgKind::kTensorList, slots);
 }
 
 // An index input of the node being built and the range its values must lie in.
@@ -467,7 +520,7 @@ class LoweredKernel final : public c10::OperatorKernel {
     c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, sig.num_args);
     int device = FindDevice(sig, args);
     if (sig.integer_indices_only && HasMaskIndices(args)) {
-      RunCpuFallback(op, stack, "got boolean-mask indices, whose result depends on the data");
+      RunWithIntegerIndices(op, stack, sig.num_args);  // masks become coordinates on the device
       return;
     }
     MetaCache::Entry meta_entry = CachedMeta(sig, args);
@@ -511,6 +564,7 @@ class LoweredKernel final : public c10::OperatorKernel {
           break;
       }
     }
+    if (sig.random) b.args.push_back(RandomState(sig, args, meta, device, &b));
     std::vector<graph::TensorType> out_types;
     for (const OutSpec& o : meta.outputs) {
       // Undefined results get an invalid type: the lowering may skip them.
@@ -563,22 +617,38 @@ class LoweredKernel final : public c10::OperatorKernel {
         break;
       }
       case Variant::kInplace: {
-        const at::Tensor& self = args[0].toTensor();
-        if (self.numel() > 0) {
-          WriteValue(self, Coerce(values[0], ToElementType(self.scalar_type()), self.sizes(), device));
+        // Every argument the op writes takes the next results, in schema order; a list takes
+        // one per element (_foreach_add_, _fused_adam_).
+        size_t next = 0;
+        auto write = [&](const at::Tensor& t) {
+          const graph::Value& v = values[next++];
+          if (t.numel() > 0) WriteValue(t, Coerce(v, ToElementType(t.scalar_type()), t.sizes(), device));
+        };
+        for (int a : sig.written_args) {
+          if (args[a].isTensor()) {
+            write(args[a].toTensor());
+          } else {
+            for (const c10::IValue& e : args[a].toListRef()) write(e.toTensor());
+          }
         }
-        returns.push_back(args[0]);
+        if (!sig.returns_nothing) returns.push_back(args[0]);
         break;
       }
       case Variant::kOut: {
-        for (size_t j = 0; j < sig.out_args.size(); ++j) {
-          const at::Tensor& out = args[sig.out_args[j]].toTensor();
-          const OutSpec& o = meta.outputs[j];
+        size_t next = 0;
+        auto write = [&](const at::Tensor& out) {
+          const OutSpec& o = meta.outputs[next];
+          const graph::Value& v = values[next++];
           at::native::resize_output(out, o.sizes);
-          if (out.numel() > 0) {
-            WriteValue(out, Coerce(values[j], ToElementType(out.scalar_type()), out.sizes(), device));
+          if (out.numel() > 0) WriteValue(out, Coerce(v, ToElementType(out.scalar_type()), out.sizes(), device));
+        };
+        for (int a : sig.out_args) {
+          if (args[a].isTensor()) {
+            write(args[a].toTensor());
+          } else {
+            for (const c10::IValue& e : args[a].toListRef()) write(e.toTensor());
           }
-          returns.push_back(args[sig.out_args[j]]);
+          if (!sig.returns_nothing) returns.push_back(args[a]);
         }
         break;
       }
@@ -612,6 +682,12 @@ std::vector<std::string> RegisterLoweredKernels() {
     }
     std::vector<c10::OperatorHandle> ops{*functional};
     for (const auto& v : FindVariants(*functional)) ops.push_back(v);
+    for (const std::string& extra : table[i].extra_variants) {
+      size_t d = extra.find('.');
+      auto variant = dispatcher.findSchema({"aten::" + extra.substr(0, d), d == std::string::npos ? "" : extra.substr(d + 1)});
+      if (variant) ops.push_back(*variant);
+      else missing.push_back(extra);
+    }
     for (const c10::OperatorHandle& op : ops) {
       const c10::FunctionSchema& s = op.schema();
       std::string qualified = s.name().substr(6) + (s.overload_name().empty() ? "" : "." + s.overload_name());

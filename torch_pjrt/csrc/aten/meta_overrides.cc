@@ -2,6 +2,7 @@
 
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 
 #include <array>
 #include <unordered_map>
@@ -64,6 +65,17 @@ void LstmCellBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* resul
   results->push_back(a[5].toBool() ? MetaLike(cx, {4 * cx.size(1)}) : at::Tensor());
 }
 
+// Fused optimizer steps without a Meta kernel (_fused_sgd, _fused_adagrad): they return their
+// first `kLists` list arguments updated, element for element.
+template <int kLists>
+void UpdatedListsMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  for (int i = 0; i < kLists; ++i) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : a[i].toTensorList()) list.push_back(at::empty_like(t));
+    results->push_back(list);
+  }
+}
+
 }  // namespace
 
 MetaOverride FindMetaOverride(const std::string& name) {
@@ -73,6 +85,9 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::convolution_backward_overrideable", &ConvolutionBackwardMeta},
       {"aten::_thnn_fused_gru_cell", &GruCellMeta},
       {"aten::_thnn_fused_gru_cell_backward", &GruCellBackwardMeta},
+      {"aten::_fused_sgd", &UpdatedListsMeta<3>},
+      {"aten::_fused_sgd.tensor_lr", &UpdatedListsMeta<3>},
+      {"aten::_fused_adagrad", &UpdatedListsMeta<4>},
   };
   auto it = table->find(name);
   return it == table->end() ? nullptr : it->second;

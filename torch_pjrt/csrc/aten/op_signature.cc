@@ -95,9 +95,11 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
   sig.num_args = s.arguments().size();
   sig.num_functional_args = fs.arguments().size();
   sig.num_returns = fs.returns().size();
+  sig.returns_nothing = s.returns().empty();
   sig.extra_mutations = entry.extra_mutations;
   sig.integer_indices_only = entry.integer_indices_only;
   sig.index_checks = entry.index_checks;
+  sig.random = entry.random;
   for (size_t i = 0; i < sig.num_args; ++i) {
     const c10::Argument& a = s.arguments()[i];
     ArgRole role = RoleOf(a);
@@ -106,7 +108,12 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
                   static_cast<int>(i)) != entry.structural_scalars.end()) {
       role = ArgRole::kScalarConst;
     }
+    if (std::find(entry.value_args.begin(), entry.value_args.end(), static_cast<int>(i)) != entry.value_args.end() &&
+        role == ArgRole::kPlain && Unwrap(a.real_type())->kind() == c10::TypeKind::FloatType) {
+      role = ArgRole::kScalarValue;
+    }
     sig.roles.push_back(role);
+    if (role == ArgRole::kGenerator) sig.generator_arg = static_cast<int>(i);
     sig.defaults.push_back(a.default_value());
   }
   bool has_out_args = std::any_of(s.arguments().begin(), s.arguments().end(),
@@ -133,6 +140,9 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
     }
   } else if (sig.num_args == sig.num_functional_args) {
     sig.variant = Variant::kInplace;
+    for (size_t i = 0; i < sig.num_args; ++i) {
+      if (IsWritten(s.arguments()[i])) sig.written_args.push_back(static_cast<int>(i));
+    }
   } else {
     sig.variant = Variant::kOut;
     for (size_t i = sig.num_functional_args; i < sig.num_args; ++i) sig.out_args.push_back(static_cast<int>(i));

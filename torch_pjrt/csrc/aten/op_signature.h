@@ -39,11 +39,15 @@ struct OpSignature {
   std::vector<ArgRole> roles;               // per argument of `op`
   std::vector<std::optional<c10::IValue>> defaults;
   std::vector<int> out_args;                // kOut: indices of the out= arguments
+  std::vector<int> written_args;            // kInplace: the arguments it writes (self, or lists)
+  bool returns_nothing = false;             // `op` returns () (in-place list ops like _foreach_add_)
   std::vector<int> extra_mutations;         // from the lowering entry
   size_t num_returns = 0;                   // of `functional`
   bool meta_runs_op = false;                // `op` is an out= op lowered directly (no functional)
   bool integer_indices_only = false;        // boolean index tensors take the CPU path
   std::vector<lowering::IndexArgSpec> index_checks;  // index arguments checked against bounds
+  bool random = false;                      // draws from a pjrt Generator (lowering table)
+  int generator_arg = -1;                   // the Generator? argument, if the schema has one
 
   OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional, c10::OperatorHandle meta)
       : op(std::move(op)), functional(std::move(functional)), meta(std::move(meta)) {}

@@ -143,7 +143,7 @@ LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outp
       std::vector<TensorType> outs;
       for (size_t i = 0; i < n->num_outputs(); ++i) outs.push_back(n->output(i));
       lowering::LowerCtx ctx(e, n->args.data(), n->args.size(), n->pool.data(), inputs.data(),
-                             outs.data(), outs.size());
+                             outs.data(), outs.size(), &entry);
       try {
         vals = entry.fn(ctx);
       } catch (const std::exception& ex) {
@@ -266,6 +266,7 @@ const char* SyncCauseName(SyncCause c) {
     case SyncCause::kGraphTooLarge: return "graph_too_large";
     case SyncCause::kDeviceCopy: return "device_copy";
     case SyncCause::kEvent: return "event";
+    case SyncCause::kDataDependentShape: return "data_dependent_shape";
     default: return "other";
   }
 }

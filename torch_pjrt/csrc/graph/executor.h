@@ -18,6 +18,7 @@ enum class SyncCause : int {
   kGraphTooLarge,   // the trace passed the pending-node bound
   kDeviceCopy,      // a copy to another pjrt device
   kEvent,           // a stream event was recorded
+  kDataDependentShape,  // a result's size depends on data (nonzero, masked_select, unique)
   kOther,
   kNumCauses
 };

@@ -1,6 +1,8 @@
 // Elementwise ops: arithmetic, comparisons, unary math, activations and their backward formulas.
 // Each computes in torch's opmath type (float for half types) at the output's shape, then converts.
 #include <cmath>
+#include <cstdint>
+#include <stdexcept>
 
 #include "lowering/helpers.h"
 
@@ -20,6 +22,26 @@ Val In(LowerCtx& c, size_t i, ElementType t) {
 ElementType Compute(LowerCtx& c) { return Opmath(c.out().dtype); }
 Val K(LowerCtx& c, double v, ElementType t) { return c.e.Full(v, TensorType{t, c.out().dims}); }
 Val Done(LowerCtx& c, const Val& v) { return c.e.Convert(v, c.out().dtype); }
+// A constant divisor XLA keeps: its simplifier turns x / constant into x * (1 / constant), which
+// is off by an ulp where torch divides (hardswish_backward's x / 3 at x = -2.5). Behind an
+// optimization barrier the divisor is no longer a constant to XLA.
+Val Divisor(LowerCtx& c, double v, ElementType t) {
+  return c.e.BroadcastTo(c.e.OptimizationBarrier(c.e.Scalar(v, t)), c.out().dims);
+}
+// x with denormals replaced by zeros of the same sign. XLA:CPU runs with denormals-are-zero, but
+// some of its expansions (pow's log, atan2) read the bits of a denormal and return values that
+// match neither the denormal nor zero (atan2(1e-40, 1e-40) was NaN); this makes them see the zero
+// the arithmetic sees. Done on the bits: XLA folds select(x == 0, x * 0, x) back to x.
+Val FlushDenormals(Emitter& e, const Val& x) {
+  bool f64 = x.dtype() == ElementType::kF64;
+  if (x.dtype() != ElementType::kF32 && !f64) return x;
+  TensorType bits_type{f64 ? ElementType::kU64 : ElementType::kU32, x.dims()};
+  Val bits = e.BitcastConvert(x, bits_type);
+  Val exponent = e.Binary("and", bits, e.Full(f64 ? 9218868437227405312.0 : 2139095040.0, bits_type));
+  Val sign = e.Binary("and", bits, e.Full(f64 ? 9223372036854775808.0 : 2147483648.0, bits_type));
+  Val denormal = e.Compare("EQ", exponent, e.Full(0, bits_type));
+  return e.BitcastConvert(e.Select(denormal, sign, bits), x.type);
+}
 
 Val Add(Emitter& e, const Val& a, const Val& b) { return e.Binary("add", a, b); }
 Val Sub(Emitter& e, const Val& a, const Val& b) { return e.Binary("subtract", a, b); }
@@ -40,12 +62,24 @@ std::vector<Val> LowerAdd(LowerCtx& c) {  // add.Tensor(self, other, *, alpha=1)
   return {Done(c, Add(c.e, In(c, 0, t), Scaled(c, In(c, 1, t), 2, t)))};
 }
 
+// torch's sub_check, which the Meta kernels skip for a bool Python number (True - x, x - True):
+// raised when the graph runs.
+void CheckNoBoolSubtraction(LowerCtx& c) {
+  if (c.tensor(0).dtype() == ElementType::kBool || c.tensor(1).dtype() == ElementType::kBool) {
+    throw std::invalid_argument(
+        "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a mask, "
+        "use the `~` or `logical_not()` operator instead.");
+  }
+}
+
 std::vector<Val> LowerSub(LowerCtx& c) {  // sub.Tensor(self, other, *, alpha=1)
+  CheckNoBoolSubtraction(c);
   ElementType t = Compute(c);
   return {Done(c, Sub(c.e, In(c, 0, t), Scaled(c, In(c, 1, t), 2, t)))};
 }
 
 std::vector<Val> LowerRsub(LowerCtx& c) {  // rsub.Tensor(self, other, *, alpha=1): other - alpha*self
+  CheckNoBoolSubtraction(c);
   ElementType t = Compute(c);
   return {Done(c, Sub(c.e, In(c, 1, t), Scaled(c, In(c, 0, t), 2, t)))};
 }
@@ -71,13 +105,35 @@ Val Trunc(Emitter& e, const Val& x) {
   return e.Select(e.Compare("LT", x, e.Full(0, x.type)), e.Unary("ceil", x), e.Unary("floor", x));
 }
 
+// torch's div_floor_floating: floor of the exact quotient, from fmod, rather than floor(a / b)
+// (which rounds first: 1 // 0.001f is 999, not 1000), with inf // x = NaN like fmod(inf, x), and
+// a signed zero (or a / b for b == 0) where the quotient is zero.
+Val FloorDivFloat(Emitter& e, const Val& a, const Val& b) {
+  Val zero = e.Full(0, a.type), one = e.Full(1, a.type), inf = e.Full(INFINITY, a.type);
+  Val quotient = Div(e, a, b);
+  Val mod = e.Binary("remainder", a, b);
+  // a - mod is a multiple of b; where a / b overflows, fmod may be inexact: use a itself.
+  Val overflow = e.Binary("and", e.Compare("EQ", e.Unary("abs", quotient), inf),
+                          e.Compare("NE", e.Unary("abs", a), inf));
+  Val div = Div(e, e.Select(overflow, a, Sub(e, a, mod)), b);
+  Val fix = e.Binary("and", e.Compare("NE", mod, zero),
+                     e.Binary("xor", e.Compare("LT", b, zero), e.Compare("LT", mod, zero)));
+  div = e.Select(fix, Sub(e, div, one), div);
+  Val floordiv = e.Unary("floor", div);
+  floordiv = e.Select(e.Compare("GT", Sub(e, div, floordiv), e.Full(0.5, a.type)), Add(e, floordiv, one), floordiv);
+  // copysign(0, a / b): 0 * quotient keeps the sign for finite quotients; an infinite quotient
+  // with a zero div cannot occur (div is then inf too).
+  floordiv = e.Select(e.Compare("EQ", div, zero), Mul(e, zero, quotient), floordiv);
+  return e.Select(e.Compare("EQ", b, zero), quotient, floordiv);
+}
+
 std::vector<Val> DivWithMode(LowerCtx& c, const std::string& mode) {
   ElementType t = Compute(c);
   Val a = In(c, 0, t), b = In(c, 1, t);
   if (mode.empty()) return {Done(c, Div(c.e, a, b))};
   if (IsFloating(t)) {
-    Val q = Div(c.e, a, b);
-    return {Done(c, mode == "trunc" ? Trunc(c.e, q) : c.e.Unary("floor", q))};
+    if (mode == "trunc") return {Done(c, Trunc(c.e, Div(c.e, a, b)))};
+    return {Done(c, FloorDivFloat(c.e, a, b))};
   }
   return {Done(c, mode == "trunc" ? Div(c.e, a, b) : FloorDivInt(c.e, a, b))};
 }
@@ -102,23 +158,77 @@ std::vector<Val> LowerFmod(LowerCtx& c) {  // C's fmod: the result takes the div
   return {Done(c, c.e.Binary("remainder", In(c, 0, t), In(c, 1, t)))};
 }
 
-std::vector<Val> LowerPow(LowerCtx& c) {  // pow.Tensor_Tensor / pow.Scalar
-  ElementType t = Compute(c);
-  return {Done(c, c.e.Binary("power", In(c, 0, t), In(c, 1, t)))};
+// torch's integer pow (exponentiation by squaring over every bit of the exponent, wrapping on
+// overflow; XLA's integer power looks at 6 bits only, so 3 ** 64 came out 1). Negative exponents
+// give 1 for a base of 1, +-1 for -1, and 0 otherwise.
+Val IntPow(Emitter& e, const Val& a, const Val& b) {
+  ElementType t = a.dtype();
+  Val one = e.Full(1, a.type), zero = e.Full(0, a.type);
+  Val result = one, base = a, exp = b;
+  int bits = static_cast<int>(ItemSize(t) * 8) - (IsUnsigned(t) ? 0 : 1);
+  for (int i = 0; i < bits; ++i) {
+    Val odd = e.Compare("NE", e.Binary("and", exp, one), zero);
+    result = e.Select(odd, Mul(e, result, base), result);
+    if (i + 1 < bits) {
+      base = Mul(e, base, base);
+      exp = e.Binary("shift_right_logical", exp, one);
+    }
+  }
+  if (IsUnsigned(t)) return result;
+  Val minus_one = e.Full(-1, a.type);
+  Val odd_exp = e.Compare("NE", e.Binary("and", b, one), zero);
+  Val negative = e.Select(e.Compare("EQ", a, one), one,
+                          e.Select(e.Compare("EQ", a, minus_one), e.Select(odd_exp, minus_one, one), zero));
+  return e.Select(e.Compare("LT", b, zero), negative, result);
 }
 
-std::vector<Val> LowerPowScalar(LowerCtx& c) {  // pow.Tensor_Scalar: the exponent is structural
+// a ** p for a constant p >= 0: the product of the squarings selected by p's bits.
+Val IntPowConst(Emitter& e, const Val& a, uint64_t p) {
+  Val result = e.Full(1, a.type), base = a;
+  bool first = true;
+  while (p != 0) {
+    if (p & 1) {
+      result = first ? base : Mul(e, result, base);
+      first = false;
+    }
+    p >>= 1;
+    if (p != 0) base = Mul(e, base, base);
+  }
+  return result;
+}
+
+std::vector<Val> LowerPow(LowerCtx& c) {  // pow.Tensor_Tensor / pow.Scalar
   ElementType t = Compute(c);
+  if (t == ElementType::kBool) {
+    throw std::invalid_argument("\"pow\" not implemented for 'Bool'");
+  }
+  if (IsIntegral(t)) return {Done(c, IntPow(c.e, In(c, 0, t), In(c, 1, t)))};
+  return {Done(c, c.e.Binary("power", FlushDenormals(c.e, In(c, 0, t)), FlushDenormals(c.e, In(c, 1, t))))};
+}
+
+// pow.Tensor_Scalar: the exponent is structural. Special cases as torch's CPU kernel takes them:
+// 0 -> 1, 1 -> x; for float32/float64/bfloat16 also 0.5 -> sqrt, -0.5 -> rsqrt, -1 -> 1/x, 2 -> x*x,
+// 3 -> x*x*x, -2 -> 1/(x*x); float16 uses pow for the rest (pow(-0, 0.5) is +0, sqrt(-0) -0).
+std::vector<Val> LowerPowScalar(LowerCtx& c) {
+  ElementType t = Compute(c);
+  ElementType out = c.out().dtype;
   Val x = In(c, 0, t);
   double p = c.scalar_constant(1);
-  if (p == 1) return {Done(c, x)};
-  if (p == 2) return {Done(c, Mul(c.e, x, x))};
-  if (p == 3) return {Done(c, Mul(c.e, Mul(c.e, x, x), x))};
   if (p == 0) return {Done(c, K(c, 1, t))};
-  if (p == -1) return {Done(c, Div(c.e, K(c, 1, t), x))};
-  if (p == 0.5 && IsFloating(t)) return {Done(c, c.e.Unary("sqrt", x))};
-  if (p == -0.5 && IsFloating(t)) return {Done(c, c.e.Unary("rsqrt", x))};
-  return {Done(c, c.e.Binary("power", x, K(c, p, t)))};
+  if (p == 1) return {Done(c, x)};
+  if (IsIntegral(t) || t == ElementType::kBool) {
+    if (t == ElementType::kBool) throw std::invalid_argument("\"pow\" not implemented for 'Bool'");
+    if (p < 0) throw std::invalid_argument("Integers to negative integer powers are not allowed.");
+    return {Done(c, IntPowConst(c.e, x, static_cast<uint64_t>(p)))};
+  }
+  bool half = out == ElementType::kF16;
+  if (p == 2 && !half) return {Done(c, Mul(c.e, x, x))};
+  if (p == 3 && !half) return {Done(c, Mul(c.e, Mul(c.e, x, x), x))};
+  if (p == -2 && !half && IsFloating(t)) return {Done(c, Div(c.e, K(c, 1, t), Mul(c.e, x, x)))};
+  if (p == -1 && !half) return {Done(c, Div(c.e, K(c, 1, t), x))};
+  if (p == 0.5 && !half && IsFloating(t)) return {Done(c, c.e.Unary("sqrt", x))};
+  if (p == -0.5 && !half && IsFloating(t)) return {Done(c, c.e.Unary("rsqrt", x))};
+  return {Done(c, c.e.Binary("power", FlushDenormals(c.e, x), K(c, p, t)))};
 }
 
 std::vector<Val> LowerMaximum(LowerCtx& c) {
@@ -131,7 +241,7 @@ std::vector<Val> LowerMinimum(LowerCtx& c) {
 }
 std::vector<Val> LowerAtan2(LowerCtx& c) {
   ElementType t = Compute(c);
-  return {Done(c, c.e.Binary("atan2", In(c, 0, t), In(c, 1, t)))};
+  return {Done(c, c.e.Binary("atan2", FlushDenormals(c.e, In(c, 0, t)), FlushDenormals(c.e, In(c, 1, t))))};
 }
 
 std::vector<Val> Bitwise(LowerCtx& c, const char* op) {
@@ -187,10 +297,15 @@ std::vector<Val> LowerClampMax(LowerCtx& c) {
   return {Done(c, c.e.Binary("minimum", In(c, 0, t), In(c, 1, t)))};
 }
 
-std::vector<Val> LowerLerp(LowerCtx& c) {  // lerp.{Scalar,Tensor}(self, end, weight)
+// lerp.{Scalar,Tensor}(self, end, weight): torch's two-sided formula, exact at both ends:
+// |w| < 0.5 ? self + w * (end - self) : end + (w - 1) * (end - self).
+std::vector<Val> LowerLerp(LowerCtx& c) {
   ElementType t = Compute(c);
   Val a = In(c, 0, t), b = In(c, 1, t), w = In(c, 2, t);
-  return {Done(c, Add(c.e, a, Mul(c.e, w, Sub(c.e, b, a))))};
+  Val small = c.e.Compare("LT", c.e.Unary("abs", w), K(c, 0.5, t));
+  Val coeff = c.e.Select(small, w, Sub(c.e, w, K(c, 1, t)));
+  Val base = c.e.Select(small, a, b);
+  return {Done(c, Add(c.e, base, Mul(c.e, coeff, Sub(c.e, b, a))))};
 }
 
 std::vector<Val> LowerAddcmul(LowerCtx& c) {  // addcmul(self, tensor1, tensor2, *, value=1)
@@ -228,8 +343,52 @@ std::vector<Val> LowerChlo(LowerCtx& c) {
   return {Done(c, Chlo(c.e, kOp, In(c, 0, t)))};
 }
 constexpr char kErf[] = "erf", kErfinv[] = "erf_inv", kAsin[] = "asin", kAcos[] = "acos",
-               kAtan[] = "atan", kSinh[] = "sinh", kCosh[] = "cosh", kAsinh[] = "asinh",
-               kAcosh[] = "acosh", kAtanh[] = "atanh", kLgamma[] = "lgamma", kDigamma[] = "digamma";
+               kAtan[] = "atan", kAsinh[] = "asinh", kAcosh[] = "acosh", kAtanh[] = "atanh";
+
+// sinh and cosh from exp/expm1: XLA's own lose ~|x| ulps (exp(x + log 0.5) rounds x + log 0.5),
+// 14 ulps at x = 64 in float32. Near overflow, exp(|x| / 2) squared keeps finite results finite
+// (cosh(89.0f) is 2.24e38), as glibc does and CPU eager's scalar path.
+Val ExpOverflowsNear(LowerCtx& c, ElementType t) { return K(c, t == ElementType::kF64 ? 700 : 80, t); }
+Val HalfExpSquared(LowerCtx& c, const Val& a, ElementType t) {  // 0.5 * exp(a), for large a
+  Val h = c.e.Unary("exponential", Mul(c.e, a, K(c, 0.5, t)));
+  return Mul(c.e, Mul(c.e, K(c, 0.5, t), h), h);
+}
+std::vector<Val> LowerSinh(LowerCtx& c) {
+  ElementType t = Compute(c);
+  Val x = In(c, 0, t), a = c.e.Unary("abs", x);
+  Val d = Sub(c.e, c.e.Unary("exponential_minus_one", x), c.e.Unary("exponential_minus_one", c.e.Unary("negate", x)));
+  Val small = Mul(c.e, K(c, 0.5, t), d);
+  Val big = HalfExpSquared(c, a, t);
+  big = c.e.Select(c.e.Compare("LT", x, K(c, 0, t)), c.e.Unary("negate", big), big);
+  return {Done(c, c.e.Select(c.e.Compare("GT", a, ExpOverflowsNear(c, t)), big, small))};
+}
+std::vector<Val> LowerCosh(LowerCtx& c) {
+  ElementType t = Compute(c);
+  Val a = c.e.Unary("abs", In(c, 0, t));
+  Val ex = c.e.Unary("exponential", a);
+  Val half = K(c, 0.5, t);
+  Val small = Add(c.e, Mul(c.e, half, ex), Div(c.e, half, ex));
+  return {Done(c, c.e.Select(c.e.Compare("GT", a, ExpOverflowsNear(c, t)), HalfExpSquared(c, a, t), small))};
+}
+// digamma(+-0) is -+inf in torch (XLA's gives NaN): -1 / x.
+std::vector<Val> LowerDigamma(LowerCtx& c) {
+  ElementType t = Compute(c);
+  Val x = In(c, 0, t);
+  Val at_zero = Div(c.e, K(c, -1, t), x);
+  return {Done(c, c.e.Select(c.e.Compare("EQ", x, K(c, 0, t)), at_zero, Chlo(c.e, "digamma", x)))};
+}
+// lgamma(1) and lgamma(2) are exactly 0 in torch; XLA's approximation leaves a few ulps there.
+std::vector<Val> LowerLgamma(LowerCtx& c) {
+  ElementType t = Compute(c);
+  Val x = In(c, 0, t);
+  Val one_or_two = c.e.Binary("or", c.e.Compare("EQ", x, K(c, 1, t)), c.e.Compare("EQ", x, K(c, 2, t)));
+  return {Done(c, c.e.Select(one_or_two, K(c, 0, t), Chlo(c.e, "lgamma", x)))};
+}
+
+std::vector<Val> LowerAbs(LowerCtx& c) {  // unsigned integers are their own absolute value
+  if (IsUnsigned(c.out().dtype)) return {In(c, 0, c.out().dtype)};
+  return LowerUnary<kAbs>(c);
+}
 
 std::vector<Val> LowerFloorCeil(LowerCtx& c, const char* op) {
   Val x = c.tensor(0);
@@ -283,6 +442,15 @@ std::vector<Val> LowerIsnan(LowerCtx& c) {
   if (!IsFloating(x.dtype())) return {c.e.Full(0, c.out())};
   return {c.e.Compare("NE", x, x)};
 }
+// isposinf / isneginf: `x == ±inf`; integers are never infinite. SDPA's _safe_softmax needs
+// isneginf, so every attention call reaches this.
+std::vector<Val> LowerIsInfSigned(LowerCtx& c, double inf) {
+  Val x = c.tensor(0);
+  if (!IsFloating(x.dtype())) return {c.e.Full(0, c.out())};
+  return {c.e.Compare("EQ", x, K(c, inf, x.dtype()))};
+}
+std::vector<Val> LowerIsPosInf(LowerCtx& c) { return LowerIsInfSigned(c, INFINITY); }
+std::vector<Val> LowerIsNegInf(LowerCtx& c) { return LowerIsInfSigned(c, -INFINITY); }
 std::vector<Val> LowerNanToNum(LowerCtx& c) {  // nan_to_num(self, nan?, posinf?, neginf?)
   Val x = c.tensor(0);
   if (!IsFloating(x.dtype())) return {x};
@@ -299,6 +467,9 @@ std::vector<Val> LowerNanToNum(LowerCtx& c) {  // nan_to_num(self, nan?, posinf?
 // ------------------------------------------------------------ activations
 
 std::vector<Val> LowerRelu(LowerCtx& c) {
+  if (c.tensor(0).dtype() == ElementType::kBool) {
+    throw std::invalid_argument("Boolean inputs not supported for relu");  // torch's check
+  }
   ElementType t = c.out().dtype;
   return {c.e.Binary("maximum", In(c, 0, t), K(c, 0, t))};
 }
@@ -309,21 +480,22 @@ Val GeluTanh(Emitter& e, const Val& x) {
   Val inner = Mul(e, e.Full(kSqrt2OverPi, x.type), Add(e, x, Mul(e, e.Full(0.044715, x.type), cube)));
   return Mul(e, Mul(e, half, x), Add(e, one, e.Unary("tanh", inner)));
 }
-Val GeluErf(Emitter& e, const Val& x) {
-  Val cdf = Mul(e, e.Full(0.5, x.type),
-                Add(e, e.Full(1, x.type), Chlo(e, "erf", Div(e, x, e.Full(kSqrt2, x.type)))));
-  return Mul(e, x, cdf);
+// The normal CDF 0.5 * (1 + erf(x / sqrt 2)) as 0.5 * erfc(-x / sqrt 2): XLA's float32 erf stops
+// one ulp short of -1, which left gelu(-1e38) at -3e30 instead of -0, and 1 + erf cancels.
+Val NormalCdf(Emitter& e, const Val& x) {
+  return Mul(e, e.Full(0.5, x.type), Chlo(e, "erfc", Mul(e, x, e.Full(-1 / kSqrt2, x.type))));
 }
+Val GeluErf(Emitter& e, const Val& x) { return Mul(e, x, NormalCdf(e, x)); }
 std::vector<Val> LowerGelu(LowerCtx& c) {  // gelu(self, *, approximate='none')
   ElementType t = Compute(c);
   Val x = In(c, 0, t);
   bool tanh = !c.is_none(1) && c.string_arg(1) == "tanh";
   return {Done(c, tanh ? GeluTanh(c.e, x) : GeluErf(c.e, x))};
 }
-std::vector<Val> LowerSilu(LowerCtx& c) {
+std::vector<Val> LowerSilu(LowerCtx& c) {  // torch: x / (1 + exp(-x))
   ElementType t = Compute(c);
   Val x = In(c, 0, t);
-  return {Done(c, Mul(c.e, x, c.e.Unary("logistic", x)))};
+  return {Done(c, Div(c.e, x, Add(c.e, K(c, 1, t), c.e.Unary("exponential", c.e.Unary("negate", x)))))};
 }
 std::vector<Val> LowerLeakyRelu(LowerCtx& c) {  // leaky_relu(self, negative_slope=0.01)
   ElementType t = Compute(c);
@@ -350,18 +522,19 @@ std::vector<Val> LowerHardtanh(LowerCtx& c) {  // hardtanh(self, min_val=-1, max
   ElementType t = Compute(c);
   return {Done(c, ClampBounds(c, In(c, 0, t), 1, 2, t))};
 }
-Val HardSigmoid(LowerCtx& c, const Val& x, ElementType t) {
-  Val y = Add(c.e, Div(c.e, x, K(c, 6, t)), K(c, 0.5, t));
-  return c.e.Binary("minimum", c.e.Binary("maximum", y, K(c, 0, t)), K(c, 1, t));
+// torch's formulas and order: min(max(x + 3, 0), 6) / 6 and x * min(max(x + 3, 0), 6) / 6 (x / 6 + 0.5
+// cancels near -3, and x * (... / 6) does not overflow where torch's x * (...) does).
+Val Relu6(LowerCtx& c, const Val& x, ElementType t) {
+  return c.e.Binary("minimum", c.e.Binary("maximum", Add(c.e, x, K(c, 3, t)), K(c, 0, t)), K(c, 6, t));
 }
 std::vector<Val> LowerHardsigmoid(LowerCtx& c) {
   ElementType t = Compute(c);
-  return {Done(c, HardSigmoid(c, In(c, 0, t), t))};
+  return {Done(c, Div(c.e, Relu6(c, In(c, 0, t), t), Divisor(c, 6, t)))};
 }
 std::vector<Val> LowerHardswish(LowerCtx& c) {
   ElementType t = Compute(c);
   Val x = In(c, 0, t);
-  return {Done(c, Mul(c.e, x, HardSigmoid(c, x, t)))};
+  return {Done(c, Div(c.e, Mul(c.e, x, Relu6(c, x, t)), Divisor(c, 6, t)))};
 }
 std::vector<Val> LowerMish(LowerCtx& c) {
   ElementType t = Compute(c);
@@ -393,21 +566,21 @@ std::vector<Val> LowerGeluBackward(LowerCtx& c) {  // (grad_output, self, *, app
     Val right_d = Mul(e, Mul(e, left, Sub(e, K(c, 1, t), Mul(e, th, th))), dinner);
     return {Done(c, Mul(e, g, Add(e, left_d, right_d)))};
   }
-  Val cdf = Mul(e, K(c, 0.5, t), Add(e, K(c, 1, t), Chlo(e, "erf", Div(e, x, K(c, kSqrt2, t)))));
+  Val cdf = NormalCdf(e, x);
   Val pdf = Mul(e, K(c, kInvSqrt2Pi, t), e.Unary("exponential", Mul(e, K(c, -0.5, t), Mul(e, x, x))));
   return {Done(c, Mul(e, g, Add(e, cdf, Mul(e, x, pdf))))};
 }
 std::vector<Val> LowerSiluBackward(LowerCtx& c) {  // (grad_output, self)
   ElementType t = Compute(c);
   Val g = In(c, 0, t), x = In(c, 1, t);
-  Val s = c.e.Unary("logistic", x);
-  Val d = Mul(c.e, s, Add(c.e, K(c, 1, t), Mul(c.e, x, Sub(c.e, K(c, 1, t), s))));
-  return {Done(c, Mul(c.e, g, d))};
+  Val s = Div(c.e, K(c, 1, t), Add(c.e, K(c, 1, t), c.e.Unary("exponential", c.e.Unary("negate", x))));
+  // torch's order: dy * s * (1 + x * (1 - s)).
+  return {Done(c, Mul(c.e, Mul(c.e, g, s), Add(c.e, K(c, 1, t), Mul(c.e, x, Sub(c.e, K(c, 1, t), s)))))};
 }
 std::vector<Val> LowerSigmoidBackward(LowerCtx& c) {  // (grad_output, output)
   ElementType t = Compute(c);
   Val g = In(c, 0, t), y = In(c, 1, t);
-  return {Done(c, Mul(c.e, g, Mul(c.e, Sub(c.e, K(c, 1, t), y), y)))};
+  return {Done(c, Mul(c.e, Mul(c.e, g, Sub(c.e, K(c, 1, t), y)), y))};  // torch's order: g * (1 - y) * y
 }
 std::vector<Val> LowerTanhBackward(LowerCtx& c) {  // (grad_output, output)
   ElementType t = Compute(c);
@@ -446,21 +619,24 @@ std::vector<Val> LowerSoftplusBackward(LowerCtx& c) {  // (grad, self, beta, thr
   Val g = In(c, 0, t), x = In(c, 1, t);
   Val bx = Mul(c.e, x, In(c, 2, t));
   Val z = c.e.Unary("exponential", bx);
-  Val d = Div(c.e, z, Add(c.e, z, K(c, 1, t)));
-  return {Done(c, c.e.Select(c.e.Compare("GT", bx, In(c, 3, t)), g, Mul(c.e, g, d)))};
+  Val d = Div(c.e, Mul(c.e, g, z), Add(c.e, z, K(c, 1, t)));  // torch's order: g * z / (z + 1)
+  return {Done(c, c.e.Select(c.e.Compare("GT", bx, In(c, 3, t)), g, d))};
 }
 std::vector<Val> LowerHardsigmoidBackward(LowerCtx& c) {  // (grad, self)
   ElementType t = Compute(c);
   Val g = In(c, 0, t), x = In(c, 1, t);
   Val inside = c.e.Binary("and", c.e.Compare("GT", x, K(c, -3, t)), c.e.Compare("LT", x, K(c, 3, t)));
-  return {Done(c, c.e.Select(inside, Div(c.e, g, K(c, 6, t)), K(c, 0, t)))};
+  // torch multiplies by float(1/6) whatever the type (0.1666666716337204 for float64 too).
+  return {Done(c, c.e.Select(inside, Mul(c.e, g, K(c, static_cast<double>(1.0f / 6.0f), t)), K(c, 0, t)))};
 }
 std::vector<Val> LowerHardswishBackward(LowerCtx& c) {  // (grad, self)
   ElementType t = Compute(c);
   Val g = In(c, 0, t), x = In(c, 1, t);
-  Val mid = Mul(c.e, g, Add(c.e, Div(c.e, x, K(c, 3, t)), K(c, 0.5, t)));
-  Val r = c.e.Select(c.e.Compare("LE", x, K(c, 3, t)), mid, g);
-  return {Done(c, c.e.Select(c.e.Compare("LT", x, K(c, -3, t)), K(c, 0, t), r))};
+  // torch: 0 for x <= -3, g for x >= 3, g * (x / 3 + 0.5) between (and for NaN, like its
+  // vectorized kernel).
+  Val mid = Mul(c.e, g, Add(c.e, Div(c.e, x, Divisor(c, 3, t)), K(c, 0.5, t)));
+  Val r = c.e.Select(c.e.Compare("GE", x, K(c, 3, t)), g, mid);
+  return {Done(c, c.e.Select(c.e.Compare("LE", x, K(c, -3, t)), K(c, 0, t), r))};
 }
 
 }  // namespace
@@ -522,7 +698,7 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("addcdiv", LowerAddcdiv);
 
   r.Add("neg", LowerUnary<kNeg>);
-  r.Add("abs", LowerUnary<kAbs>);
+  r.Add("abs", LowerAbs);
   r.Add("sign", LowerSign);
   r.Add("exp", LowerUnary<kExp>);
   r.Add("exp2", LowerExp2);
@@ -543,13 +719,13 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("asin", LowerChlo<kAsin>);
   r.Add("acos", LowerChlo<kAcos>);
   r.Add("atan", LowerChlo<kAtan>);
-  r.Add("sinh", LowerChlo<kSinh>);
-  r.Add("cosh", LowerChlo<kCosh>);
+  r.Add("sinh", LowerSinh);
+  r.Add("cosh", LowerCosh);
   r.Add("asinh", LowerChlo<kAsinh>);
   r.Add("acosh", LowerChlo<kAcosh>);
   r.Add("atanh", LowerChlo<kAtanh>);
-  r.Add("lgamma", LowerChlo<kLgamma>);
-  r.Add("digamma", LowerChlo<kDigamma>);
+  r.Add("lgamma", LowerLgamma);
+  r.Add("digamma", LowerDigamma);
   r.Add("floor", LowerFloor);
   r.Add("ceil", LowerCeil);
   r.Add("trunc", LowerTrunc);
@@ -559,6 +735,8 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("logical_not", LowerLogicalNot);
   r.Add("bitwise_not", LowerBitwiseNot);
   r.Add("isnan", LowerIsnan);
+  r.Add("isposinf", LowerIsPosInf);
+  r.Add("isneginf", LowerIsNegInf);
   r.Add("nan_to_num", LowerNanToNum);
 
   r.Add("relu", LowerRelu);

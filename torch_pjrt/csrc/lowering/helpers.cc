@@ -154,7 +154,13 @@ Dims NormDims(const Dims& dims, int64_t rank, bool empty_means_all) {
 }
 
 Val Coerce(Emitter& e, const Val& v, const Dims& dims, ElementType t) {
-  return e.BroadcastTo(e.Convert(v, t), dims);
+  Val converted = e.Convert(v, t);
+  if (v.dtype() == ElementType::kBool && (IsFloating(t) || IsComplex(t))) {
+    // XLA rewrites convert(pred) * x into select(pred, x, 0) (and similarly for divide), which is
+    // 0 where torch computes False * inf = NaN. The barrier hides the convert from that rewrite.
+    converted = e.OptimizationBarrier(converted);
+  }
+  return e.BroadcastTo(converted, dims);
 }
 
 Val KeepDims(Emitter& e, const Val& reduced, const Dims& input_dims, const Dims& reduced_dims) {
@@ -189,6 +195,15 @@ double HighestValue(ElementType t) {
     case ElementType::kU64: return 18446744073709551615.0;
     default: return std::numeric_limits<double>::infinity();
   }
+}
+
+Val ScaledMean(Emitter& e, const Val& x, const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.dims()[d];
+  Val scaled = e.Binary("multiply", x, e.Full(1.0 / static_cast<double>(std::max<int64_t>(n, 1)), x.type));
+  if (n == 0) scaled = e.Binary("divide", x, e.Full(0, x.type));  // an empty mean is NaN (0/0)
+  Val s = e.Reduce(scaled, e.Scalar(0, x.dtype()), dims, "add");
+  return n == 0 ? e.Binary("divide", s, e.Full(0, s.type)) : s;
 }
 
 Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc) {

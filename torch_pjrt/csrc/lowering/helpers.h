@@ -37,6 +37,10 @@ double HighestFinite(ElementType t);
 
 // Sum of `x` over `dims` accumulated in `acc` type.
 Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc);
+// Mean of `x` (already of type `acc`) over `dims` as the sum of x / n, which cannot overflow where
+// the sum of x would (torch's CPU statistics accumulate in double or by Welford's method: the mean
+// of {3e38, 3e38} is finite there).
+Val ScaledMean(Emitter& e, const Val& x, const Dims& dims);
 
 inline std::vector<Val> One(const Val& v) { return {v}; }
 

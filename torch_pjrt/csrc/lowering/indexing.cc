@@ -312,8 +312,28 @@ std::vector<Val> LowerIndex(LowerCtx& c) {
 // index_put(self, indices, values, accumulate=False) and _index_put_impl (+ unsafe)
 std::vector<Val> LowerIndexPut(LowerCtx& c) {
   Val x = c.tensor(0);
+  if (c.tensor(2).dtype() != x.dtype()) {  // torch's check, which the Meta kernel skips
+    throw std::invalid_argument(std::string("Index put requires the source and destination dtypes match, got ") +
+                                TypeName(x.dtype()) + " for the destination and " + TypeName(c.tensor(2).dtype()) +
+                                " for the source.");
+  }
   std::vector<Val> indices = c.opt_tensors(1);
   AdvancedIndex a = PlanIndex(c, x, indices);
+  const Dims& vd = c.tensor(2).dims();
+  bool broadcasts = vd.size() <= a.result_dims.size();
+  for (size_t i = 0; broadcasts && i < vd.size(); ++i) {
+    int64_t r = a.result_dims[a.result_dims.size() - vd.size() + i];
+    broadcasts = vd[i] == 1 || vd[i] == r;
+  }
+  if (!broadcasts) {  // torch's check (the Meta kernel skips it): raised when the graph runs
+    auto str = [](const Dims& d) {
+      std::string s = "[";
+      for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+      return s + "]";
+    };
+    throw std::invalid_argument("shape mismatch: value tensor of shape " + str(vd) +
+                                " cannot be broadcast to indexing result of shape " + str(a.result_dims));
+  }
   Val values = c.e.BroadcastTo(c.e.Convert(c.tensor(2), x.dtype()), a.result_dims);
   Emitter::ScatterDims s;
   s.update_window_dims = a.g.offset_dims;

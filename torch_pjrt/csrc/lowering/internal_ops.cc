@@ -151,6 +151,35 @@ Val ReadView(Emitter& e, const Val& flat, const Dims& sizes, const Dims& strides
   return e.BroadcastInDim(ordered, sizes, mapping);
 }
 
+// Bits of `v` as an unsigned integer (bool as is): NaNs compare equal to themselves.
+Val Bits(Emitter& e, const Val& v) {
+  if (!IsFloating(v.dtype()) && !IsComplex(v.dtype())) return v;
+  ElementType t = ItemSize(v.dtype()) == 2 ? ElementType::kU16 : ItemSize(v.dtype()) == 4 ? ElementType::kU32
+                                                                                          : ElementType::kU64;
+  if (IsComplex(v.dtype())) return v;  // complex values compare as values
+  return e.BitcastConvert(v, TensorType{t, v.dims()});
+}
+
+// Collapses dim `dim` of `update` to size 1, keeping the last element that differs from `old`
+// (same shape as update), or the first element if none does.
+Val LastChanged(Emitter& e, const Val& update, const Val& old, int64_t dim) {
+  Val changed = e.Compare("NE", Bits(e, update), Bits(e, old));
+  TensorType key_type{ElementType::kS64, update.dims()};
+  Val key = e.Select(changed, e.Iota(key_type, dim), e.Full(-1, key_type));
+  auto body = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> {
+    // (acc value, acc key, x value, x key): the larger key wins.
+    Val take = b.Compare("GT", a[3], a[1]);
+    return {b.Select(take, a[2], a[0]), b.Select(take, a[3], a[1])};
+  };
+  Val first = e.SliceDim(update, dim, 0, 1);
+  Dims reduced_dims = update.dims();
+  reduced_dims[dim] = 1;
+  std::vector<Val> r = e.ReduceVariadic({update, key}, {e.Scalar(0, update.dtype()), e.Scalar(-1, ElementType::kS64)},
+                                        {dim}, body);
+  Val value = e.Reshape(r[0], reduced_dims), best = e.Reshape(r[1], reduced_dims);
+  return e.Select(e.Compare("GE", best, e.Full(0, best.type)), value, first);
+}
+
 // Writes `update` (shape `sizes`) into the view (sizes, strides, offset) of the flat array `flat`.
 Val WriteView(Emitter& e, const Val& flat, const Val& update, const Dims& sizes, const Dims& strides,
               int64_t offset) {
@@ -167,10 +196,20 @@ Val WriteView(Emitter& e, const Val& flat, const Val& update, const Dims& sizes,
     s.index_vector_dim = static_cast<int64_t>(sizes.size());
     return e.Scatter(flat, e.Reshape(idx, idx_dims), update, s, "");
   }
-  // Where several view elements alias one storage element (stride 0), the last write wins.
+  // Where several view elements alias one storage element (stride 0), the element the op changed
+  // is written (the last one, if several did): an index_put_ into an expanded tensor writes the
+  // shared element on CPU whichever of its aliases was indexed.
   Val u = update;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] > 1 && strides[i] == 0) u = e.SliceDim(u, static_cast<int64_t>(i), sizes[i] - 1, sizes[i]);
+  bool aliased = false;
+  for (size_t i = 0; i < sizes.size(); ++i) aliased |= sizes[i] > 1 && strides[i] == 0;
+  if (aliased) {
+    Val old = ReadView(e, flat, sizes, strides, offset);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i] > 1 && strides[i] == 0) {
+        u = LastChanged(e, u, old, static_cast<int64_t>(i));
+        old = e.SliceDim(old, static_cast<int64_t>(i), 0, 1);  // its elements are all the same one
+      }
+    }
   }
   Dims kept;  // the update's non-trivial dims in original order
   std::vector<int64_t> kept_dims;

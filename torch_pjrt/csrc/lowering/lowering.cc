@@ -128,6 +128,28 @@ Val LowerCtx::scalar(size_t i, ElementType t) const {
   return e.Scalar(a.as_double(), t);
 }
 
+std::pair<Val, Val> LowerCtx::rng_state() const {
+  const Arg& a = arg(num_args_ - 1);
+  if (a.kind != ArgKind::kTensorList || a.len != 2) throw std::logic_error("this op has no random state argument");
+  return {inputs_[pool_[a.start]], inputs_[pool_[a.start + 1]]};
+}
+
+std::vector<Val> LowerCtx::LowerElement(size_t k, std::vector<Val> (*fn)(LowerCtx&),
+                                        const std::vector<Arg>* replaced) const {
+  std::vector<Arg> args = replaced ? *replaced : std::vector<Arg>(args_, args_ + num_args_);
+  for (Arg& a : args) {
+    if (a.kind == ArgKind::kTensorList) {
+      int64_t input = pool_[a.start + k];
+      a = input < 0 ? Arg::None() : Arg::Tensor(static_cast<int>(input));
+    } else if (a.kind == ArgKind::kValueList) {
+      a = Arg::Tensor(static_cast<int>(pool_[a.start + k]));
+      a.start = 1;  // a Python number: promotes like one
+    }
+  }
+  LowerCtx element(e, args.data(), args.size(), pool_, inputs_, outs_ + k, 1, entry_);
+  return fn(element);
+}
+
 double LowerCtx::scalar_constant(size_t i) const {
   const Arg& a = arg(i);
   if (a.kind == ArgKind::kTensor) throw std::logic_error("argument " + std::to_string(i) + " is a traced value, not a constant");
@@ -136,8 +158,18 @@ double LowerCtx::scalar_constant(size_t i) const {
 
 // ---------------------------------------------------------------- table
 
+bool Registry::Has(std::string_view schema) const {
+  for (const OpLowering& e : entries_) {
+    if (e.schema == schema) return true;
+  }
+  return false;
+}
+
 OpLowering& Registry::Add(std::string schema, LowerFn fn) {
-  entries_.push_back(OpLowering{std::move(schema), fn, {}, {}, {}, false, {}});
+  OpLowering entry;
+  entry.schema = std::move(schema);
+  entry.fn = fn;
+  entries_.push_back(std::move(entry));
   return entries_.back();
 }
 
@@ -167,7 +199,11 @@ const TableData& Data() {
     RegisterFftOps(r);
     RegisterLinalgDecompositionOps(r);
     RegisterLinalgMiscOps(r);
-    RegisterComplexOps(r);
+    RegisterDynamicShapeOps(r);
+    RegisterRandomOps(r);
+    RegisterOptimizerOps(r);
+    RegisterComplexOps(r);  // after the ops it wraps
+    RegisterForeachOps(r);  // last
     auto* d = new TableData();
     d->entries = r.entries();
     for (size_t i = 0; i < d->entries.size(); ++i) {

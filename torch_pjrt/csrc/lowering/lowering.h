@@ -15,9 +15,9 @@ namespace torch_pjrt::lowering {
 class LowerCtx {
  public:
   LowerCtx(Emitter& e, const Arg* args, size_t num_args, const int64_t* pool, const Val* inputs,
-           const TensorType* outs, size_t num_outs)
+           const TensorType* outs, size_t num_outs, const struct OpLowering* entry = nullptr)
       : e(e), args_(args), num_args_(num_args), pool_(pool), inputs_(inputs), outs_(outs),
-        num_outs_(num_outs) {}
+        num_outs_(num_outs), entry_(entry) {}
 
   Emitter& e;
 
@@ -45,8 +45,20 @@ class LowerCtx {
   Val scalar(size_t i, ElementType t) const;
   double scalar_constant(size_t i) const;  // structural Scalar arguments only
 
+  // The (seed, offset) of a random op's draw (see OpLowering::random): 0-d values.
+  std::pair<Val, Val> rng_state() const;
+
   size_t num_outputs() const { return num_outs_; }
   const TensorType& out(size_t i = 0) const { return outs_[i]; }
+
+  // The table entry being lowered (null for lowerings called directly).
+  const struct OpLowering* entry() const { return entry_; }
+  // Lowers element k of a list op (_foreach_add.List, one result per list element) with the
+  // single-tensor lowering `fn`: every Tensor[]/Scalar[] argument becomes its k-th tensor or
+  // value, other arguments stay, and the output is out(k). `args` replaces the arguments first
+  // when the element op's schema differs (see foreach.cc).
+  std::vector<Val> LowerElement(size_t k, std::vector<Val> (*fn)(LowerCtx&),
+                                const std::vector<Arg>* args = nullptr) const;
 
  private:
   const Arg* args_;
@@ -55,6 +67,7 @@ class LowerCtx {
   const Val* inputs_;
   const TensorType* outs_;
   size_t num_outs_;
+  const struct OpLowering* entry_;
 };
 
 using LowerFn = std::vector<Val> (*)(LowerCtx&);
@@ -87,6 +100,16 @@ struct OpLowering {
   bool integer_indices_only = false;
   // Index arguments checked against their bounds.
   std::vector<IndexArgSpec> index_checks;
+  // The op draws random numbers: the ATen layer appends one argument, the generator's (seed,
+  // offset) as value scalars (LowerCtx::rng_state), and advances the generator.
+  bool random = false;
+  // Variants that FindVariants cannot pair by name (normal_ for normal_functional), registered
+  // as in-place variants of this op.
+  std::vector<std::string> extra_variants;
+  // float arguments that enter the graph as values instead of constants (an optimizer's lr).
+  std::vector<int> value_args;
+  // A list op applying another op's lowering to each element (_foreach_add.List: "add.Tensor").
+  std::string foreach_of;
 };
 
 class Registry {
@@ -96,6 +119,7 @@ class Registry {
   // lowering (complex.cc routes complex inputs of real-only lowerings to its own code).
   OpLowering* Find(std::string_view schema);
   const std::vector<OpLowering>& entries() const { return entries_; }
+  bool Has(std::string_view schema) const;
 
  private:
   std::vector<OpLowering> entries_;
@@ -116,8 +140,12 @@ void RegisterIndexingOps(Registry& r);
 void RegisterFactoryOps(Registry& r);
 void RegisterRnnOps(Registry& r);
 void RegisterFftOps(Registry& r);
-void RegisterComplexOps(Registry& r);  // after the others: it wraps some of their entries
 void RegisterLinalgDecompositionOps(Registry& r);
 void RegisterLinalgMiscOps(Registry& r);
+void RegisterDynamicShapeOps(Registry& r);
+void RegisterRandomOps(Registry& r);
+void RegisterOptimizerOps(Registry& r);
+void RegisterComplexOps(Registry& r);  // after the others: it wraps some of their entries
+void RegisterForeachOps(Registry& r);  // last: it pairs with ops registered before it
 
 }  // namespace torch_pjrt::lowering

@@ -426,10 +426,19 @@ std::vector<Val> BatchNorm(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i, siz
   int64_t count = x.numel() / std::max<int64_t>(x.dims()[1], 1);
   Val mean, var;
   if (training) {
-    mean = e.Binary("divide", SumDims(e, xc, reduce, acc), e.Full(static_cast<double>(count), TensorType{acc, {x.dims()[1]}}));
-    Val centered = e.Binary("subtract", xc, PerChannel(e, mean, xc.dims()));
-    var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), reduce, acc),
-                   e.Full(static_cast<double>(count), mean.type));
+    if (x.dtype() == ElementType::kF64) {
+      mean = e.Binary("divide", SumDims(e, xc, reduce, acc), e.Full(static_cast<double>(count), TensorType{acc, {x.dims()[1]}}));
+      Val centered = e.Binary("subtract", xc, PerChannel(e, mean, xc.dims()));
+      var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), reduce, acc),
+                     e.Full(static_cast<double>(count), mean.type));
+    } else {
+      // Means of x / n and of (x - mean)^2 / n: torch sums float32 (and half) values in double
+      // (float), where these sums cannot overflow; a channel of values near float32's maximum
+      // has a finite mean there.
+      mean = ScaledMean(e, xc, reduce);
+      Val centered = e.Binary("subtract", xc, PerChannel(e, mean, xc.dims()));
+      var = ScaledMean(e, e.Binary("multiply", centered, centered), reduce);
+    }
   } else {
     mean = e.Convert(c.tensor(rm_i), acc);
     var = e.Convert(c.tensor(rv_i), acc);
@@ -492,31 +501,37 @@ std::vector<Val> LowerBatchNormNoUpdate(LowerCtx& c) {
 // Shared backward: grad wrt input, weight, bias of a batch norm with per-channel mean/invstd.
 std::vector<Val> BatchNormBackward(LowerCtx& c, const Val& g, const Val& x, size_t w_i, const Val& mean,
                                    const Val& invstd, bool training, const Dims& mask) {
+  // torch's formulas and order (batch_norm_backward_cpu): dotp = sum((x - mean) * g),
+  // grad_weight = dotp * invstd, grad_bias = sum(g), and in training
+  // dx = (g - sum(g) / n - (x - mean) * dotp * invstd^2 / n) * invstd * w (so a channel whose
+  // variance overflows gives NaN gradients there, not 0).
   Emitter& e = c.e;
   ElementType acc = Opmath(c.out(0).dtype == ElementType::kInvalid ? x.dtype() : c.out(0).dtype);
   Val gc = e.Convert(g, acc), xc = e.Convert(x, acc);
   Val m = e.Convert(mean, acc), is = e.Convert(invstd, acc);
   Dims reduce = AllBut(x.rank(), 1);
   double count = static_cast<double>(x.numel() / std::max<int64_t>(x.dims()[1], 1));
-  Val xhat = e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, m, xc.dims())), PerChannel(e, is, xc.dims()));
+  Val xmu = e.Binary("subtract", xc, PerChannel(e, m, xc.dims()));
   Val sum_g = SumDims(e, gc, reduce, acc);
-  Val sum_gx = SumDims(e, e.Binary("multiply", gc, xhat), reduce, acc);
+  Val dotp = SumDims(e, e.Binary("multiply", xmu, gc), reduce, acc);
   Val w = c.is_none(w_i) ? e.Full(1, TensorType{acc, {x.dims()[1]}}) : e.Convert(c.tensor(w_i), acc);
   std::vector<Val> out(3);
   if (mask[0]) {
-    Val scale = e.Binary("multiply", w, is);
+    Val scale = e.Binary("multiply", is, w);
     Val gi;
     if (training) {
-      Val n = e.Full(count, TensorType{acc, xc.dims()});
-      Val inner = e.Binary("subtract", e.Binary("subtract", e.Binary("multiply", gc, n), PerChannel(e, sum_g, xc.dims())),
-                           e.Binary("multiply", xhat, PerChannel(e, sum_gx, xc.dims())));
-      gi = e.Binary("divide", e.Binary("multiply", inner, PerChannel(e, scale, xc.dims())), n);
+      Val n = e.Full(count, sum_g.type);
+      Val k = e.Binary("divide", e.Binary("multiply", e.Binary("multiply", dotp, is), is), n);
+      Val grad_mean = e.Binary("divide", sum_g, n);
+      Val dx = e.Binary("multiply", xmu, PerChannel(e, k, xc.dims()));
+      gi = e.Binary("subtract", e.Binary("subtract", gc, PerChannel(e, grad_mean, xc.dims())), dx);
+      gi = e.Binary("multiply", gi, PerChannel(e, scale, xc.dims()));
     } else {
       gi = e.Binary("multiply", gc, PerChannel(e, scale, xc.dims()));
     }
     out[0] = gi;
   }
-  if (mask[1]) out[1] = sum_gx;
+  if (mask[1]) out[1] = e.Binary("multiply", dotp, is);
   if (mask[2]) out[2] = sum_g;
   return out;
 }
@@ -556,6 +571,7 @@ std::vector<Val> LowerLayerNorm(LowerCtx& c) {
   Dims lead(x.dims().begin(), x.dims().begin() + axis);
   Dims keep;
   for (int64_t i = 0; i < axis; ++i) keep.push_back(i);
+  // Plain sums, like torch's: a row whose sum overflows normalizes to NaN on CPU eager too.
   Val mean = e.Binary("divide", SumDims(e, xc, reduce, acc), e.Full(count, TensorType{acc, lead}));
   Val centered = e.Binary("subtract", xc, e.BroadcastInDim(mean, xc.dims(), keep));
   Val var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), reduce, acc),
@@ -613,6 +629,7 @@ std::vector<Val> LowerGroupNorm(LowerCtx& c) {
   ElementType acc = Opmath(c.out(0).dtype);
   Val xg = e.Reshape(e.Convert(x, acc), {n, groups, ch / groups * hw});
   double count = static_cast<double>(ch / groups * hw);
+  // Plain sums, like torch's: a group whose sum overflows normalizes to NaN on CPU eager too.
   Val mean = e.Binary("divide", SumDims(e, xg, {2}, acc), e.Full(count, TensorType{acc, {n, groups}}));
   Val centered = e.Binary("subtract", xg, e.BroadcastInDim(mean, xg.dims(), {0, 1}));
   Val var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), {2}, acc), e.Full(count, mean.type));

@@ -25,6 +25,7 @@ enum class ArgKind : uint8_t {
   kDoubleList,  // pool holds the bit patterns
   kScalarType,  // payload: ElementType
   kComplex,     // pool[start], pool[start+1]: bit patterns of real and imaginary parts
+  kValueList,   // Scalar[]: pool[start, start+len) are inputs, 0-d value scalars (Python numbers)
 };
 
 struct Arg {

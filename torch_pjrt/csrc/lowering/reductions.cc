@@ -1,6 +1,7 @@
 // Reductions (sum, mean, max/min, arg max/min, var/std, norms, any/all), softmax and their
 // backward. Half types accumulate in float like torch's CPU kernels.
 #include <cmath>
+#include <stdexcept>
 
 #include "lowering/helpers.h"
 
@@ -68,12 +69,22 @@ std::vector<Val> LowerAmaxAmin(LowerCtx& c, bool max) {  // amax(self, dim=[], k
 }
 std::vector<Val> LowerAmax(LowerCtx& c) { return LowerAmaxAmin(c, true); }
 std::vector<Val> LowerAmin(LowerCtx& c) { return LowerAmaxAmin(c, false); }
+// torch's checks for empty inputs, which the Meta kernels skip (raised when the graph runs).
+void CheckNonEmptyAll(const Val& x, const char* name) {
+  if (x.numel() == 0) {
+    throw std::invalid_argument(std::string(name) +
+                                "(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                                "reduction dim with the 'dim' argument.");
+  }
+}
 std::vector<Val> LowerMaxAll(LowerCtx& c) {
   Val x = c.tensor(0);
+  CheckNonEmptyAll(x, "max");
   return {Finish(c, ReduceMax(c.e, x, NormDims({}, x.rank()), true), x, {}, false)};
 }
 std::vector<Val> LowerMinAll(LowerCtx& c) {
   Val x = c.tensor(0);
+  CheckNonEmptyAll(x, "min");
   return {Finish(c, ReduceMax(c.e, x, NormDims({}, x.rank()), false), x, {}, false)};
 }
 
@@ -106,6 +117,9 @@ std::pair<Val, Val> ArgReduce(Emitter& e, const Val& x, int64_t dim, bool max) {
 // argmax(self, dim=None, keepdim=False)
 std::vector<Val> LowerArgMaxMin(LowerCtx& c, bool max) {
   Val x = c.tensor(0);
+  if (x.dtype() == ElementType::kBool) {  // torch's check (raised when the graph runs)
+    throw std::invalid_argument(std::string(max ? "argmax" : "argmin") + "(): does not support bool input");
+  }
   if (c.is_none(1)) {
     Val flat = c.e.Reshape(x, {x.numel()});
     return {c.e.Reshape(ArgReduce(c.e, flat, 0, max).second, c.out().dims)};
@@ -123,6 +137,12 @@ std::vector<Val> LowerMaxMinDim(LowerCtx& c, bool max) {
   Val x = c.tensor(0);
   if (x.rank() == 0) return {x, c.e.Full(0, c.out(1))};
   int64_t dim = NormDim(c.int_arg(1), x.rank());
+  if (x.dims()[dim] == 0) {
+    // torch raises IndexError; a failing graph can only raise RuntimeError, but not a silent
+    // (inf, 0) either.
+    throw std::invalid_argument(std::string(max ? "max" : "min") + "(): Expected reduction dim " +
+                                std::to_string(dim) + " to have non-zero size.");
+  }
   auto [v, i] = ArgReduce(c.e, x, dim, max);
   return {c.e.Reshape(v, c.out(0).dims), c.e.Reshape(i, c.out(1).dims)};
 }
@@ -143,20 +163,24 @@ std::vector<Val> LowerProd(LowerCtx& c) {  // prod(self, *, dtype)
   return {Finish(c, c.e.Reduce(c.e.Convert(x, acc), c.e.Scalar(1, acc), dims, "multiply"), x, dims, false)};
 }
 
-// Variance with Bessel-style correction, accumulated in opmath.
+// Variance with Bessel-style correction. torch's CPU kernels accumulate in double for every
+// floating type (Welford), so float32 values near the top of their range have a finite mean and
+// standard deviation there: computed in float64 here too (float64 itself with a mean that cannot
+// overflow). The results are rounded to the output type.
 std::pair<Val, Val> VarMean(LowerCtx& c, const Val& x, const Dims& dims, double correction) {
-  ElementType acc = Opmath(x.dtype() == ElementType::kF64 ? ElementType::kF64 : c.out().dtype);
+  if (!IsFloating(x.dtype()) && !IsComplex(x.dtype())) {
+    throw std::invalid_argument("std and var only support floating point and complex dtypes");
+  }
+  ElementType acc = IsComplex(x.dtype()) ? x.dtype() : ElementType::kF64;
   Val xc = c.e.Convert(x, acc);
-  Val mean = Mean(c, xc, dims, acc);
-  Val centered = c.e.Binary("subtract", xc, c.e.BroadcastInDim(mean, xc.dims(), [&] {
-    Dims kept;
-    for (int64_t i = 0; i < xc.rank(); ++i) {
-      bool reduced = false;
-      for (int64_t d : dims) reduced |= d == i;
-      if (!reduced) kept.push_back(i);
-    }
-    return kept;
-  }()));
+  Val mean = ScaledMean(c.e, xc, dims);
+  Dims kept;
+  for (int64_t i = 0; i < xc.rank(); ++i) {
+    bool reduced = false;
+    for (int64_t d : dims) reduced |= d == i;
+    if (!reduced) kept.push_back(i);
+  }
+  Val centered = c.e.Binary("subtract", xc, c.e.BroadcastInDim(mean, xc.dims(), kept));
   Val ss = SumDims(c.e, c.e.Binary("multiply", centered, centered), dims, acc);
   double n = static_cast<double>(Count(x, dims)) - correction;
   Val var = c.e.Binary("divide", ss, c.e.Full(n > 0 ? n : 0.0, ss.type));
@@ -243,9 +267,12 @@ Val Expand(Emitter& e, const Val& reduced, const Dims& full, int64_t dim) {
   return e.BroadcastInDim(reduced, full, mapping);
 }
 
+// A 0-d tensor is a softmax over one element (1, or NaN for a NaN or infinite input like CPU
+// eager's), computed as a [1] tensor.
+Val AsVector(Emitter& e, const Val& x) { return x.rank() == 0 ? e.Reshape(x, {1}) : x; }
+
 std::vector<Val> Softmax(LowerCtx& c, bool log) {  // _softmax(self, dim, half_to_float)
-  Val x = c.tensor(0);
-  if (x.rank() == 0) return {c.e.Full(log ? 0 : 1, c.out())};
+  Val x = AsVector(c.e, c.tensor(0));
   int64_t dim = NormDim(c.int_arg(1), x.rank());
   ElementType acc = Opmath(c.out().dtype);
   Emitter& e = c.e;
@@ -254,33 +281,31 @@ std::vector<Val> Softmax(LowerCtx& c, bool log) {  // _softmax(self, dim, half_t
   Val ex = e.Unary("exponential", shifted);
   Val sum = Expand(e, SumDims(e, ex, {dim}, acc), xc.dims(), dim);
   Val r = log ? e.Binary("subtract", shifted, e.Unary("log", sum)) : e.Binary("divide", ex, sum);
-  return {e.Convert(r, c.out().dtype)};
+  return {e.Reshape(e.Convert(r, c.out().dtype), c.out().dims)};
 }
 std::vector<Val> LowerSoftmax(LowerCtx& c) { return Softmax(c, false); }
 std::vector<Val> LowerLogSoftmax(LowerCtx& c) { return Softmax(c, true); }
 
 // _softmax_backward_data(grad_output, output, dim, input_dtype): y * (g - sum(g * y))
 std::vector<Val> LowerSoftmaxBackward(LowerCtx& c) {
-  Val g = c.tensor(0), y = c.tensor(1);
-  if (y.rank() == 0) return {c.e.Full(0, c.out())};
+  Val g = AsVector(c.e, c.tensor(0)), y = AsVector(c.e, c.tensor(1));
   int64_t dim = NormDim(c.int_arg(2), y.rank());
   ElementType acc = Opmath(c.out().dtype);
   Emitter& e = c.e;
   Val gc = e.Convert(g, acc), yc = e.Convert(y, acc);
   Val dot = Expand(e, SumDims(e, e.Binary("multiply", gc, yc), {dim}, acc), yc.dims(), dim);
-  return {e.Convert(e.Binary("multiply", yc, e.Binary("subtract", gc, dot)), c.out().dtype)};
+  return {e.Reshape(e.Convert(e.Binary("multiply", yc, e.Binary("subtract", gc, dot)), c.out().dtype), c.out().dims)};
 }
 // _log_softmax_backward_data(grad_output, output, dim, input_dtype): g - exp(y) * sum(g)
 std::vector<Val> LowerLogSoftmaxBackward(LowerCtx& c) {
-  Val g = c.tensor(0), y = c.tensor(1);
-  if (y.rank() == 0) return {c.e.Full(0, c.out())};
+  Val g = AsVector(c.e, c.tensor(0)), y = AsVector(c.e, c.tensor(1));
   int64_t dim = NormDim(c.int_arg(2), y.rank());
   ElementType acc = Opmath(c.out().dtype);
   Emitter& e = c.e;
   Val gc = e.Convert(g, acc), yc = e.Convert(y, acc);
   Val sum = Expand(e, SumDims(e, gc, {dim}, acc), yc.dims(), dim);
-  return {e.Convert(e.Binary("subtract", gc, e.Binary("multiply", e.Unary("exponential", yc), sum)),
-                    c.out().dtype)};
+  return {e.Reshape(e.Convert(e.Binary("subtract", gc, e.Binary("multiply", e.Unary("exponential", yc), sum)),
+                              c.out().dtype), c.out().dims)};
 }
 
 // logsumexp(self, dim, keepdim=False)

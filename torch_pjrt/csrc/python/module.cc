@@ -230,9 +230,13 @@ PYBIND11_MODULE(_C, m) {
     d["allocation.current"] = s.live_count;
     d["allocation.allocated"] = s.allocations;
     d["reserved_bytes.current"] = runtime::Buffer::LiveBytes(static_cast<int>(device));
+    d["reserved_bytes.peak"] = runtime::Buffer::PeakBytes(static_cast<int>(device));
     return d;
   });
-  m.def("_reset_peak_memory", [](int64_t device) { graph::LazyStorage::ResetPeakBytes(static_cast<int>(device)); });
+  m.def("_reset_peak_memory", [](int64_t device) {
+    graph::LazyStorage::ResetPeakBytes(static_cast<int>(device));
+    runtime::Buffer::ResetPeakBytes(static_cast<int>(device));
+  });
   m.def("_seed", [](int64_t device) { return GeneratorOf(device)->seed(); });
   m.def("_initial_seed", [](int64_t device) { return GeneratorOf(device)->current_seed(); });
   m.def("_get_rng_state", [](int64_t device) {

@@ -9,9 +9,14 @@ namespace {
 
 constexpr int kMaxTrackedDevices = 256;
 std::array<std::atomic<int64_t>, kMaxTrackedDevices> g_live_bytes{};
+std::array<std::atomic<int64_t>, kMaxTrackedDevices> g_peak_bytes{};
 
 void AddLiveBytes(int device, int64_t delta) {
-  if (device >= 0 && device < kMaxTrackedDevices) g_live_bytes[device] += delta;
+  if (device < 0 || device >= kMaxTrackedDevices) return;
+  int64_t now = g_live_bytes[device] += delta;
+  int64_t peak = g_peak_bytes[device].load();
+  while (now > peak && !g_peak_bytes[device].compare_exchange_weak(peak, now)) {
+  }
 }
 
 }  // namespace
@@ -95,8 +100,13 @@ Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device)
   AddLiveBytes(device_, static_cast<int64_t>(nbytes_));
 }
 
+void Buffer::MarkDonated() {
+  if (!donated_) AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));  // its memory is the output's now
+  donated_ = true;
+}
+
 Buffer::~Buffer() {
-  AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));
+  if (!donated_) AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));
   auto destroy = PJRT_ARGS(PJRT_Buffer_Destroy);
   destroy.buffer = buffer_;
   PJRT_Error* error = client_->plugin().api()->PJRT_Buffer_Destroy(&destroy);
@@ -134,6 +144,14 @@ void Buffer::AwaitReady() const {
 
 int64_t Buffer::LiveBytes(int device) {
   return device >= 0 && device < kMaxTrackedDevices ? g_live_bytes[device].load() : 0;
+}
+
+int64_t Buffer::PeakBytes(int device) {
+  return device >= 0 && device < kMaxTrackedDevices ? g_peak_bytes[device].load() : 0;
+}
+
+void Buffer::ResetPeakBytes(int device) {
+  if (device >= 0 && device < kMaxTrackedDevices) g_peak_bytes[device] = g_live_bytes[device].load();
 }
 
 }  // namespace torch_pjrt::runtime

@@ -33,7 +33,7 @@ class Buffer {
   std::shared_ptr<Buffer> CopyToDevice(int device) const;
   void AwaitReady() const;
   // The buffer was donated to an execution: PJRT deleted its memory, only the handle remains.
-  void MarkDonated() { donated_ = true; }
+  void MarkDonated();
   bool donated() const { return donated_; }
   // Set when the contents were computed from something invalid (an out-of-range index found
   // after the execution ran): whoever reads them gets this error instead.
@@ -47,8 +47,11 @@ class Buffer {
   size_t nbytes() const { return nbytes_; }
   const std::shared_ptr<Client>& client() const { return client_; }
 
-  // Bytes held by live buffers on each device (what memory_reserved reports).
+  // Bytes held by live buffers on each device (what memory_reserved reports; a donated buffer's
+  // bytes count once, as its output's), and their peak since the last reset.
   static int64_t LiveBytes(int device);
+  static int64_t PeakBytes(int device);
+  static void ResetPeakBytes(int device);
 
  private:
   std::shared_ptr<Client> client_;

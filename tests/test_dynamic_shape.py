@@ -1,0 +1,122 @@
+"""Ops whose result size depends on the data run on the device: the size is computed there and
+only that number crosses (one Sync::data_dependent_shape), never a CPU fallback copying whole
+tensors (docs/design.md, "Data-dependent shapes")."""
+import math
+
+import pytest
+import torch
+
+from helpers import Counters
+
+DTYPES = [torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+          torch.float64]
+
+
+def sample(dtype, shape=(3, 4)):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-2, 3, shape, generator=g)
+    if dtype == torch.bool:
+        return x > 0
+    if dtype == torch.uint8:
+        return x.abs().to(dtype)
+    x = x.to(dtype)
+    if dtype.is_floating_point:
+        x.view(-1)[0] = math.nan
+        x.view(-1)[1] = -0.0
+    return x
+
+
+def native(fn, *args, expected_syncs=None):
+    """fn on the CPU and on pjrt: equal results, no fallback, data_dependent_shape syncs only."""
+    want = fn(*args)
+    with Counters() as c:
+        got = fn(*[a.to("pjrt") if isinstance(a, torch.Tensor) else a for a in args])
+        got = torch.utils._pytree.tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, got)
+    assert c["FallbackOps"] == 0, torch.pjrt.metrics.fallbacks()
+    if expected_syncs is not None:
+        assert c["Sync::data_dependent_shape"] == expected_syncs
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    return c
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_nonzero(dtype):
+    native(torch.nonzero, sample(dtype), expected_syncs=1)
+    native(lambda t: torch.nonzero(t, as_tuple=True), sample(dtype, (2, 3, 2)))
+    native(torch.argwhere, sample(dtype, (5,)))
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (), (1,), (2, 0, 2)], ids=str)
+def test_nonzero_of_empty_and_0d(shape):
+    native(torch.nonzero, torch.ones(shape))
+    native(torch.nonzero, torch.zeros(shape))
+
+
+def test_nonzero_out_and_where_one_arg():
+    x = sample(torch.float32)
+    out = torch.empty(0, dtype=torch.long, device="pjrt")
+    torch.nonzero(x.to("pjrt"), out=out)
+    assert torch.equal(out.cpu(), torch.nonzero(x))
+    native(lambda t: torch.where(t), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_masked_select_broadcasts(dtype):
+    x = sample(dtype)
+    native(torch.masked_select, x, sample(torch.bool), expected_syncs=1)
+    native(torch.masked_select, x, sample(torch.bool, (4,)))
+    native(torch.masked_select, x[:1], sample(torch.bool))
+
+
+def test_boolean_mask_indexing():
+    x = sample(torch.float32, (3, 4, 2))
+    native(lambda t, m: t[m], x, sample(torch.bool, (3,)))
+    native(lambda t, m: t[m], x, sample(torch.bool, (3, 4)))
+    native(lambda t, m: t[:, m], x, sample(torch.bool, (4,)))
+    native(lambda t, m: t[m, 1], x, sample(torch.bool, (3,)))
+    native(lambda t, m: t[m], x, torch.zeros(3, dtype=torch.bool))
+    with pytest.raises(IndexError, match="shape of the mask"):
+        x.to("pjrt")[torch.ones(5, dtype=torch.bool, device="pjrt")]
+
+
+def test_setting_through_a_mask():
+    def put_scalar(t, m):
+        t = t.clone()
+        t[m] = 7.0
+        return t
+
+    def put_tensor(t, m):
+        t = t.clone()
+        t[m] = torch.arange(int(m.sum()), dtype=t.dtype, device=t.device)
+        return t
+
+    x = sample(torch.float32)
+    mask = sample(torch.bool)
+    c = native(put_scalar, x, mask)
+    assert c["Sync::data_dependent_shape"] == 0  # a masked_fill: nothing depends on the data
+    native(put_tensor, x, mask)
+    native(lambda t, m: t.clone().index_put_((m,), torch.tensor(2.0, device=t.device), accumulate=True), x, mask)
+
+
+def test_boolean_indexing_gradient():
+    x = sample(torch.float32).nan_to_num()
+    mask = sample(torch.bool)
+    grads = []
+    for device in ("cpu", "pjrt"):
+        t = x.detach().to(device).requires_grad_()
+        (t[mask.to(device)] * 3).sum().backward()
+        grads.append(t.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.int64, torch.float32, torch.float64],
+                         ids=str)
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("counts", [False, True])
+def test_unique(dtype, inverse, counts):
+    native(lambda t: torch.unique(t, return_inverse=inverse, return_counts=counts), sample(dtype), expected_syncs=1)
+
+
+def test_unique_of_nan_and_empty():
+    native(torch.unique, torch.tensor([math.nan, 1.0, math.nan, -0.0, 0.0]))
+    native(lambda t: torch.unique(t, return_inverse=True, return_counts=True), torch.zeros(0))

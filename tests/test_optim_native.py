@@ -1,0 +1,136 @@
+"""Optimizers run inside the step graph on their native ops: torch's foreach (`_foreach_*`) and
+fused (`_fused_adam_`...) kernels are lowered as one node per call, hyperparameters are values
+(a learning-rate schedule never recompiles), parameters and state update in place through
+donation, and results match the CPU."""
+import pytest
+import torch
+
+from helpers import Counters
+
+OPTIMIZERS = {
+    "sgd-foreach": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01, foreach=True),
+    "sgd-fused": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, fused=True),
+    "adam-foreach": lambda p: torch.optim.Adam(p, lr=0.01, foreach=True),
+    "adam-fused": lambda p: torch.optim.Adam(p, lr=0.01, fused=True),
+    "adamw-fused-amsgrad": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1, amsgrad=True, fused=True),
+    "adamw-foreach": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1, foreach=True),
+    "rmsprop-foreach": lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True, foreach=True),
+    "adagrad-foreach": lambda p: torch.optim.Adagrad(p, lr=0.1, lr_decay=0.01, foreach=True),
+    "adagrad-fused": lambda p: torch.optim.Adagrad(p, lr=0.1, fused=True),
+    "adafactor-foreach": lambda p: torch.optim.Adafactor(p, lr=0.01, foreach=True),
+}
+
+
+def train(device, make_opt, steps=6):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).to(device)
+    opt = make_opt(model.parameters())
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.8)
+    x = torch.randn(5, 8).to(device)
+    per_step = []
+    for _ in range(steps):
+        with Counters() as c:
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            if device == "pjrt":
+                torch.pjrt.synchronize()
+        per_step.append(c)
+    return [p.detach().cpu() for p in model.parameters()], per_step
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_matches_cpu_in_one_graph_per_step(name):
+    want, _ = train("cpu", OPTIMIZERS[name])
+    got, per_step = train("pjrt", OPTIMIZERS[name])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for c in per_step[2:]:  # after the state exists: one execution, nothing compiled, no fallback
+        assert c["Executions"] == 1 and c["GraphsCompiled"] == 0 and c["FallbackOps"] == 0
+
+
+def test_foreach_and_fused_ops_are_native_nodes():
+    torch.pjrt.metrics.reset()
+    train("pjrt", OPTIMIZERS["adam-fused"], steps=2)
+    train("pjrt", OPTIMIZERS["adam-foreach"], steps=2)
+    lowered = torch.pjrt.metrics.lowered()
+    assert lowered.get("_fused_adam", 0) >= 2
+    assert any(k.startswith("_foreach_") for k in lowered), lowered
+    # The foreach step traces a handful of list ops, not one op per parameter and per operation.
+    assert lowered.get("addcdiv", 0) == 0
+
+
+FOREACH_CASES = {
+    "add.List": lambda a, b: torch._foreach_add(a, b, alpha=2),
+    "add.Scalar": lambda a, b: torch._foreach_add(a, 1.5),
+    "add.ScalarList": lambda a, b: torch._foreach_add(a, [0.5, -1.0, 2.0]),
+    "mul.Tensor": lambda a, b: torch._foreach_mul(a, torch.tensor(3.0, device=a[0].device)),
+    "div.List": lambda a, b: torch._foreach_div(a, b),
+    "sub.Scalar_": lambda a, b: (torch._foreach_sub_(a, 0.25), a)[1],
+    "addcmul_.ScalarList": lambda a, b: (torch._foreach_addcmul_(a, b, b, [0.1, 0.2, 0.3]), a)[1],
+    "addcdiv.Scalar": lambda a, b: torch._foreach_addcdiv(a, b, b, 0.5),
+    "lerp.Scalar": lambda a, b: torch._foreach_lerp(a, b, 0.3),
+    "lerp.List": lambda a, b: torch._foreach_lerp(a, b, b),
+    "maximum.List": lambda a, b: torch._foreach_maximum(a, b),
+    "clamp_min.Scalar": lambda a, b: torch._foreach_clamp_min(a, 0.0),
+    "pow.Scalar": lambda a, b: torch._foreach_pow(a, 2.0),
+    "pow.ScalarAndTensor": lambda a, b: torch._foreach_pow(2.0, a),
+    "sqrt_abs": lambda a, b: torch._foreach_sqrt(torch._foreach_abs(a)),
+    "exp": lambda a, b: torch._foreach_exp(a),
+    "neg_": lambda a, b: (torch._foreach_neg_(a), a)[1],
+    "norm": lambda a, b: torch._foreach_norm(a),
+    "norm.inf": lambda a, b: torch._foreach_norm(a, float("inf")),
+    "max": lambda a, b: torch._foreach_max(a),
+    "zero_": lambda a, b: (torch._foreach_zero_(a), a)[1],
+    "copy_": lambda a, b: (torch._foreach_copy_(a, b), a)[1],
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("case", sorted(FOREACH_CASES))
+def test_foreach_op_matches_cpu(case, dtype):
+    def lists():
+        g = torch.Generator().manual_seed(0)
+        shapes = [(3,), (2, 4), ()]
+        a = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+        b = [torch.rand(s, generator=g).to(dtype) + 0.5 for s in shapes]
+        return a, b
+
+    a, b = lists()
+    want = FOREACH_CASES[case](a, b)
+    a, b = lists()
+    with Counters() as c:
+        got = FOREACH_CASES[case]([t.to("pjrt") for t in a], [t.to("pjrt") for t in b])
+        got = [t.cpu() for t in got]
+    assert c["FallbackOps"] == 0, torch.pjrt.metrics.fallbacks()
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-6)
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y, **tol)
+
+
+def test_parameters_and_state_are_updated_in_place_without_a_second_copy():
+    # 4 MB of parameters: Adam keeps params + grads + two moments = 4 copies; without donation
+    # a step would also hold the new parameters and moments beside the old ones (7 copies).
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1024, 1024, bias=False).to("pjrt")
+    param_bytes = 1024 * 1024 * 4
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    x = torch.randn(8, 1024).to("pjrt")
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        model(x).square().mean().backward()
+        opt.step()
+        torch.pjrt.synchronize()
+
+    step(), step()
+    weight_address = model.weight.data_ptr()
+    torch.pjrt.reset_peak_memory_stats()
+    with Counters() as c:
+        step()
+    peak = torch.pjrt.memory_stats()["reserved_bytes.peak"]
+    assert c["DonatedBuffers"] >= 3  # weight, exp_avg, exp_avg_sq
+    assert peak < 5.5 * param_bytes, peak / param_bytes
+    assert model.weight.data_ptr() == weight_address

@@ -1,0 +1,212 @@
+// Ops whose result size depends on the data: nonzero, masked_select, unique, and indexing with
+// boolean masks. Instead of running them on the CPU (a sync plus copies of whole tensors), the
+// size is computed on the device and only that number is read back (one small sync, counted as
+// Sync::data_dependent_shape, never as a fallback); the op is then traced at that static size
+// (lowering/dynamic_shape.cc). Each distinct size is its own compiled graph.
+#include <ATen/ExpandUtils.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "aten/dynamic_shape.h"
+#include "aten/lazy_tensor.h"
+#include "aten/torch_errors.h"
+#include "aten/transfer.h"
+
+namespace torch_pjrt::aten {
+
+namespace {
+
+using graph::Arg;
+using graph::TensorType;
+
+int Internal(const char* name) { return graph::InternalOp(name); }
+
+// Traces `op` over `inputs` (pjrt tensors of one device) with one int attribute per `ints`.
+std::vector<graph::Value> TraceInternal(int op, const std::vector<at::Tensor>& inputs,
+                                        const std::vector<int64_t>& ints, std::vector<TensorType> outs) {
+  int device = inputs[0].device().index();
+  graph::GraphLock lock;
+  std::vector<graph::Value> values;
+  graph::ArgList args;
+  for (const at::Tensor& t : inputs) {
+    args.push_back(Arg::Tensor(static_cast<int>(values.size())));
+    values.push_back(ReadValue(t));
+  }
+  for (int64_t v : ints) args.push_back(Arg::Int(v));
+  return graph::MakeOp(op, device, values, std::move(args), {}, std::move(outs));
+}
+
+// A pjrt tensor of `sizes`/`dtype` holding `v`.
+at::Tensor Materialize(graph::Value v, c10::IntArrayRef sizes, c10::ScalarType dtype, int device) {
+  at::Tensor t = EmptyContiguous(sizes, dtype, device);
+  if (t.numel() > 0) {
+    graph::GraphLock lock;
+    WriteValue(t, std::move(v));
+  }
+  return t;
+}
+
+// The one number that crosses: `count_op` over `self`, computed on the device and read back.
+int64_t ReadCount(const char* count_op, const at::Tensor& self) {
+  int device = self.device().index();
+  graph::Value n = TraceInternal(Internal(count_op), {self}, {}, {TensorType{ElementType::kS64, {}}})[0];
+  at::Tensor count = Materialize(std::move(n), {}, c10::kLong, device);
+  at::Tensor host = at::empty({}, at::TensorOptions().dtype(c10::kLong));
+  CopyToHost(count, host, graph::SyncCause::kDataDependentShape);
+  return host.item<int64_t>();
+}
+
+at::Tensor Nonzero(const at::Tensor& self) {
+  int64_t count = ReadCount("pjrt::count_nonzero", self);
+  int64_t rank = self.dim();
+  graph::Value v = TraceInternal(Internal("pjrt::nonzero"), {self}, {},
+                                 {TensorType{ElementType::kS64, {count, rank}}})[0];
+  return Materialize(std::move(v), {count, rank}, c10::kLong, self.device().index());
+}
+
+at::Tensor NonzeroKernel(const at::Tensor& self) {
+  return WithTorchErrors([&] { return Nonzero(self); });
+}
+
+at::Tensor& NonzeroOutKernel(const at::Tensor& self, at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == c10::kLong, "nonzero: Expected out tensor to have scalar type Long but got ",
+              out.scalar_type());
+  at::Tensor result = NonzeroKernel(self);
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
+}
+
+at::Tensor MaskedSelect(const at::Tensor& self, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == c10::kBool, "masked_select: expected BoolTensor for mask");
+  auto shape = at::infer_size(self.sizes(), mask.sizes());
+  at::Tensor x = self.expand(shape), m = mask.expand(shape);
+  int64_t count = ReadCount("pjrt::count_nonzero", m);
+  graph::Value v = TraceInternal(Internal("pjrt::masked_select"), {x, m}, {},
+                                 {TensorType{ToElementType(self.scalar_type()), {count}}})[0];
+  return Materialize(std::move(v), {count}, self.scalar_type(), self.device().index());
+}
+
+at::Tensor MaskedSelectKernel(const at::Tensor& self, const at::Tensor& mask) {
+  return WithTorchErrors([&] { return MaskedSelect(self, mask); });
+}
+
+at::Tensor& MaskedSelectOutKernel(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  at::Tensor result = MaskedSelectKernel(self, mask);
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
+}
+
+// _unique2(self, sorted, return_inverse, return_counts): always sorted, like the CPU kernel.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> Unique2(const at::Tensor& self, bool return_inverse,
+                                                       bool return_counts) {
+  int device = self.device().index();
+  int64_t count = ReadCount("pjrt::count_unique", self);
+  Dims inverse_dims(self.sizes().begin(), self.sizes().end());
+  std::vector<graph::Value> v = TraceInternal(
+      Internal("pjrt::unique"), {self}, {},
+      {TensorType{ToElementType(self.scalar_type()), {count}}, TensorType{ElementType::kS64, inverse_dims},
+       TensorType{ElementType::kS64, {count}}});
+  at::Tensor values = Materialize(v[0], {count}, self.scalar_type(), device);
+  at::Tensor inverse = return_inverse ? Materialize(v[1], self.sizes(), c10::kLong, device)
+                                      : EmptyContiguous({0}, c10::kLong, device);
+  at::Tensor counts = return_counts ? Materialize(v[2], {count}, c10::kLong, device)
+                                    : EmptyContiguous({0}, c10::kLong, device);
+  return {values, inverse, counts};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> Unique2Kernel(const at::Tensor& self, bool sorted, bool return_inverse,
+                                                        bool return_counts) {
+  return WithTorchErrors([&] { return Unique2(self, return_inverse, return_counts); });
+}
+
+bool IsMask(const at::Tensor& t) {
+  return t.defined() && (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte);
+}
+
+}  // namespace
+
+bool HasMaskIndices(c10::ArrayRef<c10::IValue> args) {
+  for (const c10::IValue& iv : args) {
+    if (!iv.isList() && !iv.isTensorList()) continue;
+    for (const c10::IValue& e : iv.toListRef()) {
+      if (e.isTensor() && IsMask(e.toTensor())) return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// x[mask] = value with one mask over leading dims and a single value, without accumulation, is
+// masked_fill (as torch's own index_put_ does): no data-dependent size, so no sync.
+bool TryMaskedFill(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args) {
+  const std::string& name = op.schema().name();
+  bool in_place = name == "aten::index_put_" || name == "aten::_index_put_impl_";
+  if (!in_place && name != "aten::index_put") return false;
+  if (op.schema().arguments().size() != num_args) return false;  // an out= variant
+  auto args = torch::jit::last(*stack, num_args);
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& value = args[2].toTensor();
+  if (args[3].toBool() || value.numel() != 1 || value.dim() != 0) return false;
+  auto indices = args[1].toListRef();
+  if (indices.size() != 1 || !indices[0].isTensor()) return false;
+  const at::Tensor& mask = indices[0].toTensor();
+  if (mask.scalar_type() != c10::kBool || mask.dim() > self.dim()) return false;
+  for (int64_t k = 0; k < mask.dim(); ++k) {
+    if (mask.size(k) != self.size(k)) return false;
+  }
+  std::vector<int64_t> shape(mask.sizes().begin(), mask.sizes().end());
+  shape.resize(self.dim(), 1);
+  at::Tensor full_mask = mask.reshape(shape).expand(self.sizes());
+  at::Tensor result = in_place ? self.masked_fill_(full_mask, value) : self.masked_fill(full_mask, value);
+  torch::jit::drop(*stack, num_args);
+  stack->push_back(result);
+  return true;
+}
+
+}  // namespace
+
+void RunWithIntegerIndices(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args) {
+  if (TryMaskedFill(op, stack, num_args)) return;
+  auto args = torch::jit::last(*stack, num_args);
+  const at::Tensor& self = args[0].toTensor();
+  // torch's rule: a k-dim mask consumes k dims of self and becomes k index tensors, the
+  // coordinates of its true elements.
+  for (size_t a = 0; a < args.size(); ++a) {
+    if (!args[a].isList() && !args[a].isTensorList()) continue;
+    c10::List<std::optional<at::Tensor>> rewritten;
+    int64_t dim = 0;
+    for (const c10::IValue& e : args[a].toListRef()) {
+      if (!e.isTensor() || !IsMask(e.toTensor())) {
+        rewritten.push_back(e.isTensor() ? std::optional<at::Tensor>(e.toTensor()) : std::nullopt);
+        ++dim;
+        continue;
+      }
+      const at::Tensor& mask = e.toTensor();
+      for (int64_t k = 0; k < mask.dim(); ++k) {
+        TORCH_CHECK_INDEX(dim + k < self.dim() && mask.size(k) == self.size(dim + k),
+                          "The shape of the mask ", mask.sizes(), " at index ", k,
+                          " does not match the shape of the indexed tensor ", self.sizes(), " at index ", dim + k);
+      }
+      at::Tensor coords = NonzeroKernel(mask.to(c10::kBool));
+      for (int64_t k = 0; k < mask.dim(); ++k) rewritten.push_back(coords.select(1, k));
+      dim += mask.dim();
+    }
+    (*stack)[stack->size() - num_args + a] = c10::IValue(rewritten);
+  }
+  op.callBoxed(stack);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("nonzero", &NonzeroKernel);
+  m.impl("nonzero.out", &NonzeroOutKernel);
+  m.impl("masked_select", &MaskedSelectKernel);
+  m.impl("masked_select.out", &MaskedSelectOutKernel);
+  m.impl("_unique2", &Unique2Kernel);
+}
+
+}  // namespace torch_pjrt::aten
