@@ -50,7 +50,13 @@ Val In(LowerCtx& c, size_t i, ElementType t) {
 Val Abs(Emitter& e, const Val& x) {
   if (!IsComplex(x.dtype())) return e.Unary("abs", x);
   TensorType t{ComplexPartType(x.dtype()), x.dims()};
-  return e.Raw("\"stablehlo.abs\"(" + e.Name(x) + ")", "(" + TypeString(x) + ") -> " + TypeString(t), t);
+  Val a = e.Raw("\"stablehlo.abs\"(" + e.Name(x) + ")", "(" + TypeString(x) + ") -> " + TypeString(t), t);
+  // C's hypot (what CPU eager's std::abs computes): +inf when either part is infinite, even if the
+  // other is NaN; XLA's complex abs gives NaN there.
+  Val inf = e.Full(INFINITY, t);
+  Val any_inf = e.Binary("or", e.Compare("EQ", e.Unary("abs", RealPart(e, x)), inf),
+                         e.Compare("EQ", e.Unary("abs", ImagPart(e, x)), inf));
+  return e.Select(any_inf, inf, a);
 }
 
 Val IsNan(Emitter& e, const Val& x) {

@@ -200,6 +200,20 @@ Dims BatchOf(const Dims& d, int64_t matrix_dims) { return Dims(d.begin(), d.end(
 
 // ---------------------------------------------------------------- cholesky
 
+// The Hermitian matrix that the `lower` (or upper) triangle of a describes; the diagonal's
+// imaginary part is ignored, like LAPACK.
+Val HermitianFromTriangle(Emitter& e, const Val& a, bool lower) {
+  Val t = Triangle(e, a, lower, lower ? -1 : 1);
+  Val h = e.Binary("add", t, Adjoint(e, t));
+  Val d = Diagonal(e, a);
+  if (IsComplex(a.dtype())) d = ConvertTo(e, RealPart(e, d), a.dtype());
+  TensorType it{ElementType::kS64, a.dims()};
+  Dims mapping;
+  for (int64_t i = 0; i + 1 < a.rank(); ++i) mapping.push_back(i);
+  Val dd = e.BroadcastInDim(d, a.dims(), mapping);
+  return e.Select(e.Compare("EQ", e.Iota(it, a.rank() - 2), e.Iota(it, a.rank() - 1)), dd, h);
+}
+
 Val Cholesky(Emitter& e, const Val& a, bool lower) {
   if (a.numel() == 0) return a;
   Val l = e.Raw("\"stablehlo.cholesky\"(" + e.Name(a) + ") {lower = " + (lower ? "true" : "false") + "}",
@@ -215,14 +229,19 @@ std::vector<Val> LowerCholeskyEx(LowerCtx& c) {
   bool upper = c.bool_arg(1, false);
   Val l = Cholesky(e, a, !upper);
   if (a.numel() == 0) return {l, e.Full(0, c.out(1))};
-  // info: 1 + the index of the first diagonal entry that is not positive (NaN included).
-  Val diag = RealPart(e, Diagonal(e, l));
+  // info (LAPACK potrf's): 1 + the index of the first leading minor that is not positive definite.
+  // XLA's cholesky fills its whole result with NaN when the matrix is not positive definite, so the
+  // index comes from an unpivoted LU of the Hermitian matrix that the read triangle describes: its
+  // k-th pivot is L[k, k]^2 while the leading minors are positive definite, and potrf stops at the
+  // first pivot that is not positive (or is NaN).
+  Val h = FlattenBatch(e, HermitianFromTriangle(e, a, !upper));
+  Val diag = RealPart(e, Diagonal(e, LuFactor(e, h, /*pivot=*/false).lu));  // [B, n]
   int64_t n = diag.dims().back();
   TensorType it{ElementType::kS32, diag.dims()};
   Val bad = e.Unary("not", e.Compare("GT", diag, e.Full(0, diag.type)));
-  Val pos = e.Binary("add", e.Iota(it, diag.rank() - 1), e.Full(1, it));
+  Val pos = e.Binary("add", e.Iota(it, 1), e.Full(1, it));
   Val cand = e.Select(bad, pos, e.Full(static_cast<double>(n + 1), it));
-  Val first = e.Reduce(cand, e.Scalar(static_cast<double>(n + 1), ElementType::kS32), {diag.rank() - 1}, "minimum");
+  Val first = e.Reduce(cand, e.Scalar(static_cast<double>(n + 1), ElementType::kS32), {1}, "minimum");
   Val none = e.Compare("EQ", first, e.Full(static_cast<double>(n + 1), first.type));
   Val info = e.Select(none, e.Full(0, first.type), first);
   return {l, e.Reshape(info, c.out(1).dims)};
@@ -527,20 +546,6 @@ std::vector<Val> LowerQr(LowerCtx& c) {
 }
 
 // _linalg_eigh(A, UPLO="L", compute_v=True) -> (eigenvalues, eigenvectors), eigenvalues ascending.
-// The Hermitian matrix that the `lower` (or upper) triangle of a describes; the diagonal's
-// imaginary part is ignored, like LAPACK.
-Val HermitianFromTriangle(Emitter& e, const Val& a, bool lower) {
-  Val t = Triangle(e, a, lower, lower ? -1 : 1);
-  Val h = e.Binary("add", t, Adjoint(e, t));
-  Val d = Diagonal(e, a);
-  if (IsComplex(a.dtype())) d = ConvertTo(e, RealPart(e, d), a.dtype());
-  TensorType it{ElementType::kS64, a.dims()};
-  Dims mapping;
-  for (int64_t i = 0; i + 1 < a.rank(); ++i) mapping.push_back(i);
-  Val dd = e.BroadcastInDim(d, a.dims(), mapping);
-  return e.Select(e.Compare("EQ", e.Iota(it, a.rank() - 2), e.Iota(it, a.rank() - 1)), dd, h);
-}
-
 // Frobenius norm over the two innermost dims: [...].
 Val FrobeniusNorm(Emitter& e, const Val& x) {
   Val re = RealPart(e, x), im = ImagPart(e, x);
@@ -587,9 +592,13 @@ std::pair<Val, Val> RefineEigh(Emitter& e, const Val& a, const Val& x) {
 std::vector<Val> LowerEigh(LowerCtx& c) {
   Emitter& e = c.e;
   Val a = c.tensor(0);
-  bool lower = c.is_none(1) || c.string_arg(1) == "L";
   bool compute_v = c.bool_arg(2, true);
   if (a.numel() == 0) return {e.Full(0, c.out(0)), e.Full(0, c.out(1))};
+  // XLA's Eigh expansion is cached per operand shape only (OpExpanderPass's computation cache
+  // ignores the backend config), so two calls on one shape in one module must share a config:
+  // the upper triangle of A is read as the lower triangle of A^H, which describes the same matrix.
+  if (!(c.is_none(1) || c.string_arg(1) == "L")) a = Adjoint(e, a);
+  const bool lower = true;
   Dims w_dims(a.dims().begin(), a.dims().end() - 1);
   TensorType wt{ComplexPartType(a.dtype()), w_dims};
   bool wide = ComplexPartType(a.dtype()) == ElementType::kF64;
