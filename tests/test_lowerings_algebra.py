@@ -318,9 +318,13 @@ def test_lu_family(dtype):
         [rand(3, 5, dtype=dtype), rand(5, 3, dtype=dtype), rand(2, 4, 4, dtype=dtype).mT], LU_SCHEMAS, dtype, scale=10)
     for a in batches(well_conditioned, dtype) if dtype in (F64, C64) else batches(well_conditioned, dtype)[:1]:
         run(solve_ops, [a, rand(*a.shape[:-1], 2, dtype=dtype)], SOLVE_SCHEMAS, dtype, scale=10)
-    e = rand(0, 3, 3, dtype=dtype)
-    run(lambda e: (torch.linalg.inv_ex(e), torch.linalg.det(e), torch.linalg.slogdet(e), torch.linalg.lu_factor_ex(e),
-                   torch.linalg.solve_ex(e, e)), [e], ["linalg_inv_ex", "linalg_lu_factor_ex"], dtype)
+    # An empty batch, and a batch of 0x0 matrices (det 1, inverse empty).
+    for e in (rand(0, 3, 3, dtype=dtype), rand(2, 0, 0, dtype=dtype)):
+        run(lambda e: (torch.linalg.inv_ex(e), torch.linalg.det(e), torch.linalg.slogdet(e),
+                       torch.linalg.lu_factor_ex(e), torch.linalg.solve_ex(e, e), torch.linalg.cholesky_ex(e),
+                       torch.linalg.eigh(e), torch.linalg.qr(e)), [e],
+            ["linalg_inv_ex", "linalg_lu_factor_ex", "_linalg_solve_ex", "linalg_cholesky_ex", "_linalg_eigh",
+             "linalg_qr"], dtype)
 
 
 @pytest.mark.parametrize("dtype", [F32, C128], ids=name)

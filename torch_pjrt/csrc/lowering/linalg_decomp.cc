@@ -168,6 +168,7 @@ LuResult LuFactor(Emitter& e, const Val& a, bool pivot) {
 }
 
 Val LuSolve(Emitter& e, const Val& lu, const Val& perm, const Val& b, bool adjoint) {
+  if (b.numel() == 0 || lu.numel() == 0) return e.Full(0, b.type);  // 0x0 systems: no rows to gather
   if (!adjoint) {
     Val y = GatherRows(e, b, perm);
     y = TriangularSolve(e, lu, y, true, true, true, "NO_TRANSPOSE");
