@@ -298,15 +298,14 @@ _UNARY = {
     "floor": (torch.floor, True, 1), "ceil": (torch.ceil, True, 1), "trunc": (torch.trunc, True, 1),
     "frac": (torch.frac, True, 1), "round": (torch.round, True, 1), "reciprocal": (torch.reciprocal, True, 1),
     "logical_not": (torch.logical_not, True, 1), "bitwise_not": (torch.bitwise_not, True, 1),
-    "isnan": (torch.isnan, True, 1), "isposinf": (torch.isposinf, True, 1),
+    "isnan": (torch.isnan, True, 1), "sgn": (torch.sgn, True, 1), "isposinf": (torch.isposinf, True, 1),
     "isneginf": (torch.isneginf, True, 1), "nan_to_num": (torch.nan_to_num, True, 1),
 }
 for _n, (_f, _exact, _tol) in _UNARY.items():
     # Special functions: XLA's and torch's approximations differ by ulps of 1 near their zeros.
     op(_n, _f, "unary", _n, exact=_exact, tol=_tol, atol_eps=8 if _n in ("lgamma", "digamma", "erfinv") else 0)
-# On real inputs (complex ones: tests/test_lowerings_algebra.py): 0 or pi, and sign.
+# On real inputs (complex ones: tests/test_lowerings_algebra.py): 0 or pi.
 op("angle", torch.angle, "unary", "angle", exact=True)
-op("sgn", torch.sgn, "unary", "sgn", exact=True)
 op("nan_to_num_args", lambda x: torch.nan_to_num(x, nan=2.0, posinf=-3.0, neginf=7.0), "unary", "nan_to_num",
    exact=True)
 
@@ -835,6 +834,26 @@ OTHER_CATEGORIES = {
                                         "_fused_adamw.tensor_lr", "_fused_sgd", "_fused_sgd.tensor_lr",
                                         "_fused_adagrad", "_amp_foreach_non_finite_check_and_unscale",
                                         "_amp_update_scale"],
+    # Padding, pooling, upsampling and sampling: tests/test_lowerings_spatial.py runs them with NaN and
+    # infinite inputs (all -inf windows, NaN in windows).
+    "spatial": [
+    '_adaptive_avg_pool3d', '_adaptive_avg_pool3d_backward', '_upsample_bicubic2d_aa',
+    '_upsample_bicubic2d_aa_backward', '_upsample_bilinear2d_aa', '_upsample_bilinear2d_aa_backward',
+    '_upsample_nearest_exact1d', '_upsample_nearest_exact1d_backward', '_upsample_nearest_exact2d',
+    '_upsample_nearest_exact2d_backward', '_upsample_nearest_exact3d', '_upsample_nearest_exact3d_backward',
+    'adaptive_max_pool2d', 'adaptive_max_pool2d_backward', 'adaptive_max_pool3d',
+    'adaptive_max_pool3d_backward', 'avg_pool3d', 'avg_pool3d_backward', 'channel_shuffle', 'col2im',
+    'fractional_max_pool2d', 'fractional_max_pool2d_backward', 'fractional_max_pool3d',
+    'fractional_max_pool3d_backward', 'grid_sampler_2d', 'grid_sampler_2d_backward', 'grid_sampler_3d',
+    'grid_sampler_3d_backward', 'im2col', 'max_pool3d_with_indices', 'max_pool3d_with_indices_backward',
+    'max_unpool2d', 'max_unpool3d', 'reflection_pad1d', 'reflection_pad1d_backward', 'reflection_pad2d',
+    'reflection_pad2d_backward', 'reflection_pad3d', 'reflection_pad3d_backward', 'replication_pad1d',
+    'replication_pad1d_backward', 'replication_pad2d', 'replication_pad2d_backward', 'replication_pad3d',
+    'replication_pad3d_backward', 'upsample_bicubic2d', 'upsample_bicubic2d_backward', 'upsample_bilinear2d',
+    'upsample_bilinear2d_backward', 'upsample_linear1d', 'upsample_linear1d_backward', 'upsample_nearest1d',
+    'upsample_nearest1d_backward', 'upsample_nearest2d', 'upsample_nearest2d_backward', 'upsample_nearest3d',
+    'upsample_nearest3d_backward', 'upsample_trilinear3d', 'upsample_trilinear3d_backward',
+    ],
 }
 # List ops apply an op lowered (and covered) above to each element (lowering/foreach.cc).
 OTHER_PREFIXES = ("_foreach_",)

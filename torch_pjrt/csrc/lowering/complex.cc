@@ -101,23 +101,14 @@ std::vector<Val> LowerAngle(LowerCtx& c) {
   return {e.Convert(r, t)};
 }
 
-// sgn(self): z / |z| (0 at 0) for complex, sign(x) for real numbers.
-std::vector<Val> LowerSgn(LowerCtx& c) {
+// sgn(self) of a complex tensor: z / |z|, 0 at 0 (real inputs: sampling.cc's sgn).
+std::vector<Val> ComplexSgn(LowerCtx& c) {
   Emitter& e = c.e;
   Val x = c.tensor(0);
-  ElementType t = c.out().dtype;
-  if (IsComplex(x.dtype())) {
-    Val a = Abs(e, x);
-    Val zero = e.Compare("EQ", a, e.Full(0, a.type));
-    Val q = e.Binary("divide", x, MakeComplex(e, a, e.Full(0, a.type)));
-    return {e.Select(zero, e.Full(0, x.type), q)};
-  }
-  if (x.dtype() == ElementType::kBool) return {x};
-  ElementType ct = Opmath(t);
-  Val xf = e.Convert(x, ct);
-  Val zero = e.Full(0, xf.type);
-  Val r = e.Binary("subtract", e.Convert(e.Compare("GT", xf, zero), ct), e.Convert(e.Compare("LT", xf, zero), ct));
-  return {e.Convert(r, t)};
+  Val a = Abs(e, x);
+  Val zero = e.Compare("EQ", a, e.Full(0, a.type));
+  Val q = e.Binary("divide", x, MakeComplex(e, a, e.Full(0, a.type)));
+  return {e.Select(zero, e.Full(0, x.type), q)};
 }
 
 // ------------------------------------------------------------ complex paths of other lowerings
@@ -283,7 +274,6 @@ void RegisterComplexOps(Registry& r) {
   r.Add("polar", LowerPolar);
   r.Add("_conj_physical", LowerConjPhysical);
   r.Add("angle", LowerAngle);
-  r.Add("sgn", LowerSgn);
 
   Reroute(r, "abs", 0, Route<0, ComplexAbs, TakesComplexInput>);
   Reroute(r, "isnan", 1, Route<1, ComplexIsnan, TakesComplexInput>);
@@ -299,6 +289,7 @@ void RegisterComplexOps(Registry& r) {
   Reroute(r, "addmm", 11, Route<11, ComplexAddmm, HasComplexAlphaBeta>);
   Reroute(r, "addmv", 12, Route<12, ComplexAddmv, HasComplexAlphaBeta>);
   Reroute(r, "baddbmm", 13, Route<13, ComplexBaddbmm, HasComplexAlphaBeta>);
+  Reroute(r, "sgn", 14, Route<14, ComplexSgn, TakesComplexInput>);
 }
 
 }  // namespace torch_pjrt::lowering

@@ -202,8 +202,12 @@ const TableData& Data() {
     RegisterDynamicShapeOps(r);
     RegisterRandomOps(r);
     RegisterOptimizerOps(r);
+    RegisterPaddingOps(r);
+    RegisterPoolingOps(r);
+    RegisterUpsampleOps(r);
+    RegisterSamplingOps(r);
     RegisterComplexOps(r);  // after the ops it wraps
-    RegisterForeachOps(r);  // last
+    RegisterForeachOps(r);  // last: it pairs with ops registered before it
     auto* d = new TableData();
     d->entries = r.entries();
     for (size_t i = 0; i < d->entries.size(); ++i) {

@@ -145,7 +145,11 @@ void RegisterLinalgMiscOps(Registry& r);
 void RegisterDynamicShapeOps(Registry& r);
 void RegisterRandomOps(Registry& r);
 void RegisterOptimizerOps(Registry& r);
+void RegisterPaddingOps(Registry& r);
+void RegisterPoolingOps(Registry& r);
+void RegisterUpsampleOps(Registry& r);
+void RegisterSamplingOps(Registry& r);
 void RegisterComplexOps(Registry& r);  // after the others: it wraps some of their entries
-void RegisterForeachOps(Registry& r);  // last: it pairs with ops registered before it
+void RegisterForeachOps(Registry& r);  // called last: it pairs with ops registered before it
 
 }  // namespace torch_pjrt::lowering
