@@ -304,6 +304,8 @@ _UNARY = {
 for _n, (_f, _exact, _tol) in _UNARY.items():
     # Special functions: XLA's and torch's approximations differ by ulps of 1 near their zeros.
     op(_n, _f, "unary", _n, exact=_exact, tol=_tol, atol_eps=8 if _n in ("lgamma", "digamma", "erfinv") else 0)
+# On real inputs (complex ones: tests/test_lowerings_algebra.py): 0 or pi.
+op("angle", torch.angle, "unary", "angle", exact=True)
 op("nan_to_num_args", lambda x: torch.nan_to_num(x, nan=2.0, posinf=-3.0, neginf=7.0), "unary", "nan_to_num",
    exact=True)
 
@@ -764,6 +766,15 @@ def test_extremal(name, dtype):
 # covered by tests/test_lowerings.py and the fuzzer (tests/test_fuzz.py).
 OTHER_CATEGORIES = {
     "linear algebra": ["mm", "addmm", "addmv", "baddbmm", "bmm", "mv", "dot"],
+    # tests/test_lowerings_algebra.py: factorizations, solves and FFTs against CPU eager, with
+    # singular and non-positive-definite inputs; complex numbers with extremal parts.
+    "factorizations and solves": ["linalg_cholesky_ex", "cholesky_inverse", "_cholesky_solve_helper",
+                                  "linalg_solve_triangular", "triangular_solve", "linalg_lu_factor_ex", "linalg_lu",
+                                  "lu_unpack", "linalg_lu_solve", "_linalg_solve_ex", "linalg_inv_ex",
+                                  "linalg_householder_product", "linalg_qr", "_linalg_eigh", "linalg_matrix_exp",
+                                  "linalg_cross", "vdot"],
+    "fft": ["_fft_r2c", "_fft_c2c", "_fft_c2r"],
+    "complex numbers": ["complex", "polar", "_conj_physical"],
     "convolution and pooling": ["convolution_overrideable", "convolution_backward_overrideable", "avg_pool2d",
                                 "avg_pool2d_backward", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
                                 "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"],

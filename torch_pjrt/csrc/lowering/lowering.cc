@@ -173,6 +173,13 @@ OpLowering& Registry::Add(std::string schema, LowerFn fn) {
   return entries_.back();
 }
 
+OpLowering* Registry::Find(std::string_view schema) {
+  for (OpLowering& e : entries_) {
+    if (e.schema == schema) return &e;
+  }
+  return nullptr;
+}
+
 namespace {
 struct TableData {
   std::vector<OpLowering> entries;
@@ -189,6 +196,9 @@ const TableData& Data() {
     RegisterIndexingOps(r);
     RegisterFactoryOps(r);
     RegisterRnnOps(r);
+    RegisterFftOps(r);
+    RegisterLinalgDecompositionOps(r);
+    RegisterLinalgMiscOps(r);
     RegisterDynamicShapeOps(r);
     RegisterRandomOps(r);
     RegisterOptimizerOps(r);
@@ -199,6 +209,7 @@ const TableData& Data() {
     RegisterSortingOps(r);
     RegisterScanOps(r);
     RegisterScatterReduceOps(r);
+    RegisterComplexOps(r);  // after the ops it wraps
     RegisterForeachOps(r);  // last: it pairs with ops registered before it
     auto* d = new TableData();
     d->entries = r.entries();
