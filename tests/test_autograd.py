@@ -306,14 +306,8 @@ def test_checkpoint_gives_the_gradients_of_no_checkpoint(use_reentrant):
     torch.testing.assert_close(actual, plain)
 
 
-CHECKPOINT_RNG_BUG = pytest.mark.xfail(strict=True, reason=(
-    "torch.utils.checkpoint saves and restores a device's RNG state only when "
-    "getattr(device_module, '_initialized', False) is true (as torch.cuda._initialized); "
-    "torch_pjrt/device_module.py has is_initialized() but no `_initialized`, so the recomputation "
-    "draws a new dropout mask and the gradients differ from those without checkpointing"))
 
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("pjrt", marks=CHECKPOINT_RNG_BUG)])
+@pytest.mark.parametrize("device", ["cpu", "pjrt"])
 @pytest.mark.parametrize("use_reentrant", [False, True])
 def test_checkpoint_recomputes_the_same_dropout_mask(use_reentrant, device):
     # The recomputation must restore the generator's state (torch.pjrt.get_rng_state on pjrt), or
@@ -441,11 +435,6 @@ def test_custom_op_in_a_training_step_is_one_execution(doc_ops):
             assert c["Executions"] == 1 and c["GraphsCompiled"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "torch.pjrt.metrics.fallbacks() keeps only counters named 'aten::*' (metrics.FALLBACK_PREFIX), "
-    "but aten/fallback.cc counts a fallback under the op's full name, so a custom op's "
-    "('mylib::op') or torchvision's fallback is counted in FallbackOps and missing from "
-    "fallbacks() and from report()'s 'CPU fallbacks' section"))
 def test_custom_op_without_pjrt_kernel_is_reported_as_a_fallback():
     @torch.library.custom_op("pjrt_test::cpu_only_sin", mutates_args=(), device_types="cpu")
     def cpu_only_sin(x: torch.Tensor) -> torch.Tensor:
@@ -460,13 +449,6 @@ def test_custom_op_without_pjrt_kernel_is_reported_as_a_fallback():
     assert "pjrt_test::cpu_only_sin" in torch.pjrt.metrics.fallbacks()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "torch_pjrt/__init__.py replaces torch._tensor_str._str so that a pjrt tensor prints its "
-    "values; it skips functorch-wrapped tensors but not FakeTensors, whose '.to(\"cpu\")' gives "
-    "another FakeTensor that _tensor_str then formats with masked_select (a data-dependent "
-    "shape): repr() raises DynamicOutputShapeException, or GuardOnDataDependentSymNode with a "
-    "ShapeEnv. It breaks torch.library.opcheck's test_aot_dispatch_dynamic on pjrt whenever "
-    "torch's trace log has a handler (always under pytest)"))
 def test_repr_of_a_fake_pjrt_tensor_is_like_cpu():
     from torch._subclasses.fake_tensor import FakeTensorMode
     real = data("pjrt", 3, 4)
