@@ -62,6 +62,20 @@ def on_device(sample, device):
     return moved
 
 
+def float64_reference(op, sample):
+    """The op's float64 CPU result on the sample, cast back to float32 (None: not computable)."""
+    if torch.float64 not in op.supported_dtypes("cpu"):
+        return None
+    wide = lambda t: t.double() if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t
+    narrow = lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == torch.float64 else t
+    s = sample.transform(wide)
+    try:
+        result = op(s.input, *s.args, **s.kwargs)
+    except Exception:  # noqa: BLE001 - no reference, the original mismatch stands
+        return None
+    return torch.utils._pytree.tree_map(narrow, sample.output_process_fn_grad(result))
+
+
 def to(device, x):
     return torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, x)
 
@@ -99,8 +113,17 @@ class TestPjrtOpInfo(TestCase):
                 actual = op(moved.input, *moved.args, **moved.kwargs)
                 # The sample's own view of its results, as PyTorch's test_compare_cpu compares them
                 # (|eigenvectors| for eigh, whose signs are not unique).
-                self.assertEqual(to("cpu", sample.output_process_fn_grad(actual)), sample.output_process_fn_grad(expected),
-                                 atol=1e-4, rtol=1e-4, exact_dtype=True)
+                got = to("cpu", sample.output_process_fn_grad(actual))
+                try:
+                    self.assertEqual(got, sample.output_process_fn_grad(expected), atol=1e-4, rtol=1e-4,
+                                     exact_dtype=True)
+                except AssertionError:
+                    # Ill-conditioned samples (matrix_exp of entries ~1e5): CPU's float32 answer is
+                    # not the reference then; both are judged against the float64 computation.
+                    exact = float64_reference(op, sample)
+                    if exact is None:
+                        raise
+                    self.assertEqual(got, exact, atol=1e-4, rtol=1e-4, exact_dtype=True)
                 compared += 1
             except Exception as e:  # collected so the expected-failure bookkeeping sees one result
                 if is_unsupported_dtype_error(e):
