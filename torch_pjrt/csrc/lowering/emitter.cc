@@ -693,6 +693,25 @@ std::vector<Val> Emitter::Sort(const std::vector<Val>& xs, int64_t dim, bool sta
   return results;
 }
 
+std::vector<Val> Emitter::While(const std::vector<Val>& init, const RegionBody& cond,
+                                const RegionBody& body) {
+  std::vector<TensorType> types;
+  for (const Val& v : init) types.push_back(v.type);
+  std::string cond_block = Block(types, cond);
+  std::string body_block = Block(types, body);
+  std::string lhs;
+  std::vector<Val> results = NewResults(types, &lhs);
+  std::string s = lhs + " = \"stablehlo.while\"(";
+  std::string type_list;
+  for (size_t i = 0; i < init.size(); ++i) {
+    s += (i ? ", " : "") + Name(init[i]);
+    type_list += (i ? ", " : "") + TypeString(init[i]);
+  }
+  s += ") ({\n" + cond_block + "    }, {\n" + body_block + "    }) : (" + type_list + ") -> (" + type_list + ")";
+  Line(s);
+  return results;
+}
+
 std::pair<Val, Val> Emitter::RngBitGenerator(const Val& state, const TensorType& type) {
   std::string lhs;
   std::vector<Val> r = NewResults({state.type, type}, &lhs);

@@ -139,6 +139,9 @@ class Emitter {
   // Sort along `dim`; `body` gets (lhs_0, rhs_0, lhs_1, rhs_1, ...) and returns one i1.
   std::vector<Val> Sort(const std::vector<Val>& xs, int64_t dim, bool stable,
                         const RegionBody& body);
+  // Loop carrying `init`: `cond` gets the carried values and returns one 0-d i1 (continue?);
+  // `body` gets them and returns the next ones (same types). Regions see only their arguments.
+  std::vector<Val> While(const std::vector<Val>& init, const RegionBody& cond, const RegionBody& body);
   // THREE_FRY random bits: returns (new_state, bits of `type`).
   std::pair<Val, Val> RngBitGenerator(const Val& state, const TensorType& type);
 

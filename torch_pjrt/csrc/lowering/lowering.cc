@@ -192,6 +192,7 @@ const TableData& Data() {
     RegisterDynamicShapeOps(r);
     RegisterRandomOps(r);
     RegisterOptimizerOps(r);
+    RegisterSpecialOps(r);
     RegisterForeachOps(r);
     auto* d = new TableData();
     d->entries = r.entries();

@@ -139,6 +139,7 @@ void RegisterRnnOps(Registry& r);
 void RegisterDynamicShapeOps(Registry& r);
 void RegisterRandomOps(Registry& r);
 void RegisterOptimizerOps(Registry& r);
+void RegisterSpecialOps(Registry& r);
 void RegisterForeachOps(Registry& r);  // last: it pairs with ops registered before it
 
 }  // namespace torch_pjrt::lowering
