@@ -545,7 +545,7 @@ op("fmax", torch.fmax, "binary", "fmax", exact=True, signed_zeros=False)
 op("fmin", torch.fmin, "binary", "fmin", exact=True, signed_zeros=False)
 op("floor_divide", torch.floor_divide, "binary", "floor_divide", domain=nonzero_divisor)
 op("floor_divide_scalar", lambda x: (x // 3, x // -2, x // 0.5, aten.floor_divide.Scalar(x, 7)), "unary",
-   ["floor_divide", "floor_divide.Scalar"])
+   "floor_divide")
 op("remainder_scalar_tensor", lambda x: (torch.remainder(5, x), torch.remainder(-2.5, x)), "unary",
    "remainder.Scalar_Tensor", domain=nonzero_ints)
 # max(a, b) + log1p(exp(-|a - b|)) cancels for negative results: ulps of max(a, b).

@@ -148,7 +148,7 @@ Val FloorDivInt(Emitter& e, const Val& a, const Val& b) {
   Val differ = Cmp(e, "NE", Cmp(e, "LT", a, zero), Cmp(e, "LT", b, zero));
   return Sel(e, And(e, inexact, differ), Sub(e, q, K(e, 1, a)), q);
 }
-std::vector<Val> LowerFloorDivide(LowerCtx& c) {  // floor_divide(self, other) / .Scalar
+std::vector<Val> LowerFloorDivide(LowerCtx& c) {  // floor_divide(self, other)
   ElementType t = Compute(c);
   Val a = In(c, 0, t), b = In(c, 1, t);
   return {Done(c, IsFloating(t) ? FloorDivFloat(c.e, a, b) : FloorDivInt(c.e, a, b))};
@@ -650,8 +650,9 @@ void RegisterSpecialOps(Registry& r) {
   r.Add("frexp.Tensor", LowerFrexp);
   r.Add("fmax", LowerFmax);
   r.Add("fmin", LowerFmin);
-  r.Add("floor_divide", LowerFloorDivide);
-  r.Add("floor_divide.Scalar", LowerFloorDivide);
+  // In-place variants named apart from their functional op (floor_divide_.Tensor, __ilshift__); floor_divide.Scalar is
+  // CompositeExplicitAutograd (floor_divide with a wrapped number).
+  r.Add("floor_divide", LowerFloorDivide).extra_variants = {"floor_divide_.Tensor"};
   r.Add("remainder.Scalar_Tensor", LowerRemainderScalarTensor);
   r.Add("logaddexp", LowerLogaddexp);
   r.Add("logaddexp2", LowerLogaddexp2);
@@ -664,10 +665,10 @@ void RegisterSpecialOps(Registry& r) {
   r.Add("logit_backward", LowerLogitBackward);
   r.Add("gcd", LowerGcd);
   r.Add("lcm", LowerLcm);
-  r.Add("__lshift__.Tensor", LowerLshift);
-  r.Add("__lshift__.Scalar", LowerLshift);
-  r.Add("__rshift__.Tensor", LowerRshift);
-  r.Add("__rshift__.Scalar", LowerRshift);
+  r.Add("__lshift__.Tensor", LowerLshift).extra_variants = {"__ilshift__.Tensor"};
+  r.Add("__lshift__.Scalar", LowerLshift).extra_variants = {"__ilshift__.Scalar"};
+  r.Add("__rshift__.Tensor", LowerRshift).extra_variants = {"__irshift__.Tensor"};
+  r.Add("__rshift__.Scalar", LowerRshift).extra_variants = {"__irshift__.Scalar"};
   r.Add("bitwise_left_shift.Tensor", LowerLshift);
   r.Add("bitwise_right_shift.Tensor", LowerRshift);
   r.Add("angle", LowerAngle);
