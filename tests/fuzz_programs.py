@@ -40,13 +40,7 @@ MAX_NUMEL = 256
 # whose CPU error matches is dropped and another op drawn, so the fuzzer looks for new differences.
 # tests/test_fuzz.py::test_known_gaps holds a strict-xfail example of each.
 KNOWN_GAPS = {
-    "dtype check": r"not implemented for '",
-    "internal overlap": r"more than one element of the written-to tensor refers to a single memory location",
-    "out= dtype": r"Found dtype \w+ but expected \w+",
-    "scalar range": r"value cannot be converted to type .* without overflow",
-    "in-place result type": r"can't be cast to the desired output type",
     "empty reduction (IndexError)": r"Expected reduction dim \d+ to have non-zero size",
-    "partial overlap": r"refer to a single memory location",
 }
 # Checks made by a lowering (raised when the graph runs): nothing is lowered for an empty result,
 # so for empty tensors they do not fire. A line raising one of these on tensors with no elements is

@@ -298,12 +298,14 @@ _UNARY = {
     "floor": (torch.floor, True, 1), "ceil": (torch.ceil, True, 1), "trunc": (torch.trunc, True, 1),
     "frac": (torch.frac, True, 1), "round": (torch.round, True, 1), "reciprocal": (torch.reciprocal, True, 1),
     "logical_not": (torch.logical_not, True, 1), "bitwise_not": (torch.bitwise_not, True, 1),
-    "isnan": (torch.isnan, True, 1), "isposinf": (torch.isposinf, True, 1),
+    "isnan": (torch.isnan, True, 1), "sgn": (torch.sgn, True, 1), "isposinf": (torch.isposinf, True, 1),
     "isneginf": (torch.isneginf, True, 1), "nan_to_num": (torch.nan_to_num, True, 1),
 }
 for _n, (_f, _exact, _tol) in _UNARY.items():
     # Special functions: XLA's and torch's approximations differ by ulps of 1 near their zeros.
     op(_n, _f, "unary", _n, exact=_exact, tol=_tol, atol_eps=8 if _n in ("lgamma", "digamma", "erfinv") else 0)
+# On real inputs (complex ones: tests/test_lowerings_algebra.py): 0 or pi.
+op("angle", torch.angle, "unary", "angle", exact=True)
 op("nan_to_num_args", lambda x: torch.nan_to_num(x, nan=2.0, posinf=-3.0, neginf=7.0), "unary", "nan_to_num",
    exact=True)
 
@@ -396,6 +398,33 @@ op("all_dims", lambda m: torch.all(m.view(-1, 2, 4), dim=(1, 2)), "rows", "all.d
 op("logsumexp", both_dims(lambda m, d: torch.logsumexp(m, d)), "rows", "logsumexp", tol=4)
 op("cumsum", both_dims(lambda m, d: torch.cumsum(m, d)), "rows", "cumsum", tol=4)
 op("cumsum_f64", lambda m: torch.cumsum(m, 1, dtype=torch.float64), "rows", "cumsum", tol=4)
+op("cumprod", both_dims(lambda m, d: torch.cumprod(m, d)), "rows", "cumprod", tol=8)
+op("cummax", both_dims(lambda m, d: tuple(torch.cummax(m, d))), "rows", "cummax", exact=True)
+op("cummin", both_dims(lambda m, d: tuple(torch.cummin(m, d))), "rows", "cummin", exact=True)
+# max + log1p(exp(min - max)) cancels near a result of 0: ulps of the largest |x| so far.
+op("logcumsumexp", lambda m: torch.logcumsumexp(m, 1), "rows", "logcumsumexp", tol=8,
+   scale=lambda m: torch.cummax(m.abs().nan_to_num(0.0), 1)[0])
+op("logcumsumexp_dim0", lambda m: torch.logcumsumexp(m.t(), 0).t(), "rows", "logcumsumexp", tol=8,
+   scale=lambda m: torch.cummax(m.abs().nan_to_num(0.0), 1)[0])
+op("nansum", per_row(torch.nansum), "each", "nansum", tol=4)
+op("nansum_dim", both_dims(lambda m, d: torch.nansum(m, d)), "rows", "nansum", tol=4)
+# Sorting and selection: NaN sorts as the largest value. Values only where the rows' ties leave the
+# index to the CPU kernel's algorithm (topk, kthvalue, nanmedian, mode; see test_lowerings_sorting).
+op("sort", both_dims(lambda m, d: tuple(torch.sort(m, dim=d, stable=True))), "rows", "sort.stable", exact=True)
+op("sort_descending", lambda m: tuple(torch.sort(m, dim=1, descending=True, stable=True)), "rows", "sort.stable",
+   exact=True)
+op("topk", both_dims(lambda m, d: torch.topk(m, 3, d)[0]), "rows", "topk", exact=True)
+op("topk_smallest", lambda m: torch.topk(m, 2, 1, largest=False)[0], "rows", "topk", exact=True)
+op("kthvalue", both_dims(lambda m, d: torch.kthvalue(m, 3, d)[0]), "rows", "kthvalue", exact=True)
+op("median", per_row(torch.median), "each", "median", exact=True)
+op("nanmedian", per_row(torch.nanmedian), "each", "nanmedian", exact=True)
+op("median_dim", both_dims(lambda m, d: tuple(torch.median(m, d))), "rows", "median.dim", exact=True)
+op("nanmedian_dim", both_dims(lambda m, d: torch.nanmedian(m, d)[0]), "rows", "nanmedian.dim", exact=True)
+op("mode", both_dims(lambda m, d: torch.mode(m, d)[0]), "rows", "mode", exact=True)
+op("aminmax", both_dims(lambda m, d: tuple(torch.aminmax(m, dim=d))), "rows", "aminmax", exact=True,
+   signed_zeros=False)
+op("aminmax_all", per_row(lambda r: tuple(torch.aminmax(r))), "each", "aminmax", exact=True, signed_zeros=False)
+op("count_nonzero", both_dims(lambda m, d: torch.count_nonzero(m, d)), "rows", "count_nonzero.dim_IntList")
 op("softmax", both_dims(lambda m, d: torch.softmax(m, d)), "rows", "_softmax", tol=8)
 op("log_softmax", both_dims(lambda m, d: torch.log_softmax(m, d)), "rows", "_log_softmax", tol=8)
 # y * (g - sum(g * y)) cancels: ulps of y * (|g| + |sum(g * y)|).
@@ -535,7 +564,6 @@ def small_q(x, q):
 
 
 op("signbit", torch.signbit, "unary", "signbit", exact=True)
-op("sgn", torch.sgn, "unary", "sgn", exact=True)
 op("copysign", torch.copysign, "binary", "copysign.Tensor", exact=True)
 op("copysign_scalar", lambda x, s: torch.copysign(x, s), "scalar", "copysign.Tensor", exact=True)
 op("heaviside", torch.heaviside, "binary", "heaviside", exact=True)
@@ -569,7 +597,6 @@ op("rshift", lambda a, b: (a >> b, torch.bitwise_right_shift(a, b)), "binary",
    ["__rshift__.Tensor", "bitwise_right_shift.Tensor"], exact=True, domain=shift_amounts)
 op("shift_scalar", lambda x: (x << 3, x >> 3, x << 70, x >> 70), "unary", ["__lshift__.Scalar", "__rshift__.Scalar"],
    exact=True)
-op("angle", torch.angle, "unary", "angle", exact=True)
 op("erfc", torch.erfc, "unary", "erfc", tol=4)
 op("erfcx", torch.special.erfcx, "unary", "special_erfcx", tol=4)
 op("ndtri", torch.special.ndtri, "unary", "special_ndtri", tol=4)
@@ -797,88 +824,11 @@ def check_op(o, dtype, cpu_args):
     assert fallbacks == {}, f"fell back to the CPU: {fallbacks}"
 
 
-# Known differences, each a strict xfail with its cause. Neither can be fixed in a lowering: both
-# are in aten/lowered_kernel.cc, which decides at call time whether an op raises.
-NO_DTYPE_CHECK = (
-    "CPU eager raises NotImplementedError (its kernel has no implementation for this dtype); pjrt checks "
-    "no dtypes when the op is called: torch's Meta kernel accepts the dtype, aten/lowered_kernel.cc records "
-    "the node, and the graph computes a value or fails to compile (RuntimeError). Needs a per-op dtype "
-    "check at call time in lowered_kernel.cc.")
-NOT_IMPLEMENTED_ON_CPU = {
-    "abs": "bool",
-    "addcmul": "bool",
-    "batch_norm_eval": "bool uint8 int8 int16 int32 int64",
-    "batch_norm_no_update": "bool uint8 int8 int16 int32 int64",
-    "batch_norm_with_update": "bool",
-    "batch_norm_train_stats": "bool",
-    "bitwise_and": "float16 bfloat16 float32 float64",
-    "bitwise_not": "float16 bfloat16 float32 float64",
-    "bitwise_or": "float16 bfloat16 float32 float64",
-    "bitwise_xor": "float16 bfloat16 float32 float64",
-    "ceil": "bool",
-    "clamp_both_tensor": "bool",
-    "div_trunc": "bool",
-    "elu_backward": "bool uint8 int8 int16 int32 int64",
-    "elu_backward_result": "bool uint8 int8 int16 int32 int64",
-    "erfcx": "float16 bfloat16",
-    "floor": "bool",
-    "gcd": "bool float16 bfloat16 float32 float64",
-    "hypot": "bool uint8 int8 int16 int32 int64",
-    "lcm": "float16 bfloat16 float32 float64",
-    "logit_backward": "bool uint8 int8 int16 int32 int64",
-    "logaddexp": "uint8 int8 int16 int32 int64",
-    "logaddexp2": "uint8 int8 int16 int32 int64",
-    "nextafter": "bool uint8 int8 int16 int32 int64",
-    "round_decimals": "bool uint8 int8 int16 int32 int64",
-    "fmod": "bool",
-    "frac": "uint8 int8 int16 int32 int64",
-    "gelu": "bool uint8 int8 int16 int32 int64",
-    "gelu_backward": "bool uint8 int8 int16 int32 int64",
-    "gelu_backward_tanh": "bool uint8 int8 int16 int32 int64",
-    "gelu_tanh": "bool uint8 int8 int16 int32 int64",
-    "hardsigmoid": "bool uint8 int8 int16 int32 int64",
-    "hardsigmoid_backward": "bool uint8 int8 int16 int32 int64",
-    "hardswish": "bool uint8 int8 int16 int32 int64",
-    "hardswish_backward": "bool uint8 int8 int16 int32 int64",
-    "hardtanh_backward": "bool uint8 int8 int16 int32 int64",
-    "leaky_relu_backward": "bool uint8 int8 int16 int32 int64",
-    "lerp_scalar": "bool uint8 int8 int16 int32 int64",
-    "lerp_tensor": "bool uint8 int8 int16 int32 int64",
-    "log_softmax": "uint8 int8 int16 int32 int64",
-    "log_softmax_backward": "uint8 int8 int16 int32 int64",
-    "mish": "bool uint8 int8 int16 int32 int64",
-    "ndtri": "float16 bfloat16",
-    "pow": "bool",
-    "zeta": "float16 bfloat16",
-    "remainder": "bool",
-    "round": "bool",
-    "sigmoid_backward": "bool uint8 int8 int16 int32 int64",
-    "silu": "bool uint8 int8 int16 int32 int64",
-    "silu_backward": "bool uint8 int8 int16 int32 int64",
-    "softmax": "bool uint8 int8 int16 int32 int64",
-    "softmax_backward": "bool uint8 int8 int16 int32 int64",
-    "softplus": "bool uint8 int8 int16 int32 int64",
-    "softplus_backward": "bool uint8 int8 int16 int32 int64",
-    "softplus_beta": "bool uint8 int8 int16 int32 int64",
-    "tanh_backward": "bool uint8 int8 int16 int32 int64",
-    "threshold_backward": "bool",
-    "trunc": "bool",
-}
-VALUE_CHECK_MEMOIZED = (
-    "aten/lowered_kernel.cc memoizes Meta results keyed by the kind of a value Scalar, not its value: after "
-    "masked_fill(int tensor, 0.5) passes, masked_fill(int tensor, inf) skips the Meta check that raises "
-    "'value cannot be converted to type ... without overflow' on CPU, and pjrt stores a converted value.")
-XFAIL = {(name, dtype): NO_DTYPE_CHECK for name, dtypes in NOT_IMPLEMENTED_ON_CPU.items() for dtype in dtypes.split()}
-XFAIL.update({("masked_fill_overflow", d): VALUE_CHECK_MEMOIZED for d in ["uint8", "int8", "int16", "int32", "int64"]})
-
-
 def params():
     out = []
     for o in OPS:
         for dtype in ALL:
-            key = (o.name, NAME[dtype])
-            marks = [pytest.mark.xfail(reason=XFAIL[key], strict=True)] if key in XFAIL else []
-            out.append(pytest.param(o.name, dtype, id=f"{o.name}-{NAME[dtype]}", marks=marks))
+            out.append(pytest.param(o.name, dtype, id=f"{o.name}-{NAME[dtype]}"))
     return out
 
 
@@ -899,6 +849,15 @@ def test_extremal(name, dtype):
 # covered by tests/test_lowerings.py and the fuzzer (tests/test_fuzz.py).
 OTHER_CATEGORIES = {
     "linear algebra": ["mm", "addmm", "addmv", "baddbmm", "bmm", "mv", "dot"],
+    # tests/test_lowerings_algebra.py: factorizations, solves and FFTs against CPU eager, with
+    # singular and non-positive-definite inputs; complex numbers with extremal parts.
+    "factorizations and solves": ["linalg_cholesky_ex", "cholesky_inverse", "_cholesky_solve_helper",
+                                  "linalg_solve_triangular", "triangular_solve", "linalg_lu_factor_ex", "linalg_lu",
+                                  "lu_unpack", "linalg_lu_solve", "_linalg_solve_ex", "linalg_inv_ex",
+                                  "linalg_householder_product", "linalg_qr", "_linalg_eigh", "linalg_matrix_exp",
+                                  "linalg_cross", "vdot"],
+    "fft": ["_fft_r2c", "_fft_c2c", "_fft_c2r"],
+    "complex numbers": ["complex", "polar", "_conj_physical"],
     "convolution and pooling": ["convolution_overrideable", "convolution_backward_overrideable", "avg_pool2d",
                                 "avg_pool2d_backward", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
                                 "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"],
@@ -914,11 +873,37 @@ OTHER_CATEGORIES = {
                        "normal.Tensor_Tensor", "log_normal", "exponential", "geometric", "cauchy", "bernoulli",
                        "bernoulli.p", "bernoulli.Tensor", "random", "random.from", "random.to",
                        "randperm.generator_out", "multinomial", "native_dropout", "native_dropout_backward"],
+    # tests/test_lowerings_sorting.py (with NaN, infinities, signed zeros and out-of-range indices).
+    "search, scatter reductions and masked/indexed writes": [
+        "searchsorted.Tensor", "searchsorted.Scalar", "bucketize.Tensor", "bucketize.Scalar", "isin.Tensor_Tensor",
+        "isin.Tensor_Scalar", "isin.Scalar_Tensor", "histc", "scatter_reduce.two", "index_reduce", "index_add",
+        "index_copy", "index_fill.int_Scalar", "index_fill.int_Tensor", "masked_scatter", "masked_scatter_backward",
+        "take", "put", "cumprod_backward"],
     # tests/test_optim_native.py and tests/test_amp_and_checkpoints.py.
     "optimizers and gradient scaling": ["_fused_adam", "_fused_adam.tensor_lr", "_fused_adamw",
                                         "_fused_adamw.tensor_lr", "_fused_sgd", "_fused_sgd.tensor_lr",
                                         "_fused_adagrad", "_amp_foreach_non_finite_check_and_unscale",
                                         "_amp_update_scale"],
+    # Padding, pooling, upsampling and sampling: tests/test_lowerings_spatial.py runs them with NaN and
+    # infinite inputs (all -inf windows, NaN in windows).
+    "spatial": [
+    '_adaptive_avg_pool3d', '_adaptive_avg_pool3d_backward', '_upsample_bicubic2d_aa',
+    '_upsample_bicubic2d_aa_backward', '_upsample_bilinear2d_aa', '_upsample_bilinear2d_aa_backward',
+    '_upsample_nearest_exact1d', '_upsample_nearest_exact1d_backward', '_upsample_nearest_exact2d',
+    '_upsample_nearest_exact2d_backward', '_upsample_nearest_exact3d', '_upsample_nearest_exact3d_backward',
+    'adaptive_max_pool2d', 'adaptive_max_pool2d_backward', 'adaptive_max_pool3d',
+    'adaptive_max_pool3d_backward', 'avg_pool3d', 'avg_pool3d_backward', 'channel_shuffle', 'col2im',
+    'fractional_max_pool2d', 'fractional_max_pool2d_backward', 'fractional_max_pool3d',
+    'fractional_max_pool3d_backward', 'grid_sampler_2d', 'grid_sampler_2d_backward', 'grid_sampler_3d',
+    'grid_sampler_3d_backward', 'im2col', 'max_pool3d_with_indices', 'max_pool3d_with_indices_backward',
+    'max_unpool2d', 'max_unpool3d', 'reflection_pad1d', 'reflection_pad1d_backward', 'reflection_pad2d',
+    'reflection_pad2d_backward', 'reflection_pad3d', 'reflection_pad3d_backward', 'replication_pad1d',
+    'replication_pad1d_backward', 'replication_pad2d', 'replication_pad2d_backward', 'replication_pad3d',
+    'replication_pad3d_backward', 'upsample_bicubic2d', 'upsample_bicubic2d_backward', 'upsample_bilinear2d',
+    'upsample_bilinear2d_backward', 'upsample_linear1d', 'upsample_linear1d_backward', 'upsample_nearest1d',
+    'upsample_nearest1d_backward', 'upsample_nearest2d', 'upsample_nearest2d_backward', 'upsample_nearest3d',
+    'upsample_nearest3d_backward', 'upsample_trilinear3d', 'upsample_trilinear3d_backward',
+    ],
 }
 # List ops apply an op lowered (and covered) above to each element (lowering/foreach.cc).
 OTHER_PREFIXES = ("_foreach_",)

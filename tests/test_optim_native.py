@@ -48,7 +48,11 @@ def test_optimizer_matches_cpu_in_one_graph_per_step(name):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     for c in per_step[2:]:  # after the state exists: one execution, nothing compiled, no fallback
-        assert c["Executions"] == 1 and c["GraphsCompiled"] == 0 and c["FallbackOps"] == 0
+        # torch's Adafactor reads each parameter's and update's norm with .item() (a sync on any
+        # device); every other execution is the step graph.
+        reads = c["Sync::item"] if name.startswith("adafactor") else 0
+        assert c["Executions"] == 1 + reads and c["GraphsCompiled"] == 0 and c["FallbackOps"] == 0
+        assert c["Sync::synchronize"] == 1 and c["Executions"] == c["Sync::synchronize"] + c["Sync::item"]
 
 
 def test_foreach_and_fused_ops_are_native_nodes():

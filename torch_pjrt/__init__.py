@@ -47,6 +47,12 @@ def _register():
     _registered = True
 
 
+def _is_fake(tensor) -> bool:
+    """FakeTensors (torch.compile, opcheck) have no values: torch prints them itself."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(tensor, FakeTensor)
+
+
 def _print_through_cpu():
     """Formats pjrt tensors from one CPU copy, as torch does for xla/lazy tensors.
 
@@ -63,7 +69,8 @@ def _print_through_cpu():
     def _str(self, *, tensor_contents=None):
         if (tensor_contents is None and isinstance(self, torch.Tensor)
                 and self.device.type == "pjrt" and self.layout == torch.strided
-                and not torch._C._functorch.is_functorch_wrapped_tensor(self)):
+                and not torch._C._functorch.is_functorch_wrapped_tensor(self)
+                and not _is_fake(self)):
             prefix = "tensor(" if type(self) in (torch.Tensor, torch.nn.Parameter) else f"{type(self).__name__}("
             with torch.no_grad():
                 host = self.detach().to("cpu")

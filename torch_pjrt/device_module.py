@@ -61,6 +61,14 @@ def is_initialized() -> bool:
     return _C._client_started()
 
 
+def __getattr__(name: str):
+    # torch.cuda-style flag read by torch.utils.checkpoint (and fork_rng helpers) to decide whether
+    # a device's RNG state must be saved and restored; live, like torch.cuda._initialized.
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module 'torch.pjrt' has no attribute '{name}'")
+
+
 def init() -> None:
     """Starts the PJRT client now (it otherwise starts on first device use)."""
     _C._device_count()

@@ -1,7 +1,7 @@
 """``torch.pjrt.metrics``: what the device did.
 
 Counters: graphs compiled, cache hits (memory, disk), StableHLO lowerings, executions, donated
-buffers, transfers (count and bytes, both ways), CPU fallbacks per op (``aten::<op>``), syncs by
+buffers, transfers (count and bytes, both ways), CPU fallbacks per op (``<namespace>::<op>``: ``aten::nonzero``, a custom op's ``mylib::op``), syncs by
 cause (``Sync::<cause>``), nodes traced. Timers: compile, lowering, execute launch, transfers, sync.
 """
 
@@ -13,10 +13,14 @@ from . import _C
 
 __all__ = ["counters", "timers", "counter", "fallbacks", "lowered", "syncs", "report", "reset"]
 
-# Prefixes of the named counters: one source of truth for this module and the tests.
-FALLBACK_PREFIX = "aten::"   # CPU fallbacks per op
+# Prefixes of the named counters: one source of truth for this module and the tests. Every other
+# name with "::" counts CPU fallbacks of one op, named by its namespace ("aten::", "mylib::").
 SYNC_PREFIX = "Sync::"       # syncs per cause
 LOWERED_PREFIX = "Lowered::"  # ops traced natively, per lowering (schema name)
+
+
+def _is_fallback(name: str) -> bool:
+    return "::" in name and not name.startswith((SYNC_PREFIX, LOWERED_PREFIX))
 
 
 def counters() -> Dict[str, int]:
@@ -35,8 +39,8 @@ def timers() -> Dict[str, Tuple[int, float, float]]:
 
 
 def fallbacks() -> Dict[str, int]:
-    """CPU fallback calls per op, e.g. {"aten::nonzero": 3}."""
-    return {k: v for k, v in counters().items() if k.startswith(FALLBACK_PREFIX)}
+    """CPU fallback calls per op, e.g. {"aten::nonzero": 3, "mylib::op": 1}."""
+    return {k: v for k, v in counters().items() if _is_fallback(k)}
 
 
 def lowered() -> Dict[str, int]:
@@ -58,7 +62,7 @@ def report() -> str:
     """A readable summary of every counter and timer."""
     lines = ["torch_pjrt metrics", "  counters:"]
     c = counters()
-    for name in sorted(k for k in c if not k.startswith((FALLBACK_PREFIX, SYNC_PREFIX, LOWERED_PREFIX))):
+    for name in sorted(k for k in c if "::" not in k):
         lines.append(f"    {name:<28} {c[name]}")
     sync = syncs()
     if sync:

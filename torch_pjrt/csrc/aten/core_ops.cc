@@ -8,6 +8,8 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/ScalarType.h>
 #include <torch/library.h>
@@ -155,6 +157,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", at::native::as_strided_tensorimpl);
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
+  // Complex <-> (real, imag) pairs: the storage keeps its element type and reads of the view
+  // reinterpret it (pjrt::view_read's dtype).
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
 }
 
 }  // namespace torch_pjrt::aten

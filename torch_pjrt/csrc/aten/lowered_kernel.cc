@@ -17,6 +17,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "aten/cpu_probe.h"
 #include "aten/dynamic_shape.h"
 #include "aten/fallback.h"
 #include "aten/lazy_tensor.h"
@@ -46,6 +47,7 @@ struct OutSpec {
 struct MetaResult {
   std::vector<OutSpec> outputs;  // functional results, flattened
   bool list_return = false;      // the op returns one Tensor[]
+  std::optional<CpuRefusal> cpu_refusal;  // CPU eager's dtype error for these arguments (cpu_probe.h)
 };
 
 // ---------------------------------------------------------------- meta inference
@@ -252,7 +254,9 @@ class MetaCache {
 
   static std::optional<MetaResult> Compute(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
     try {
-      return RunMeta(sig, args);
+      MetaResult result = RunMeta(sig, args);
+      result.cpu_refusal = CpuDtypeRefusal(sig, args);
+      return result;
     } catch (const std::exception&) {
       // No shapes without running the op: data-dependent shapes (boolean masks), ops whose Meta
       // kernel is missing, or invalid arguments. The CPU path computes the result, or raises the
@@ -529,6 +533,9 @@ class LoweredKernel final : public c10::OperatorKernel {
       return;
     }
     const MetaResult& meta = **meta_entry;
+    if (meta.cpu_refusal) meta.cpu_refusal->Raise();
+    if (auto refusal = CpuOverlapRefusal(sig, args)) refusal->Raise();
+    if (auto refusal = CpuScalarRangeRefusal(sig, args)) refusal->Raise();
 
     // The Python line goes into index-check errors; found before locking (it runs Python).
     std::string where = sig.index_checks.empty() ? std::string() : graph::SourceLocation();

@@ -1,9 +1,15 @@
 #include "aten/meta_overrides.h"
 
+#include "aten/meta_guards.h"
+
 #include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/_upsample_bicubic2d_aa.h>
+#include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/result_type.h>
+#include <ATen/ops/upsample_bicubic2d.h>
+#include <ATen/ops/upsample_bilinear2d.h>
 
 #include <array>
 #include <unordered_map>
@@ -87,9 +93,27 @@ void ShiftScalarMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   results->push_back(at::empty_like(self, self.options().dtype(t)));
 }
 
+// fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices): torch has
+// no Meta kernel; the gradient has self's shape.
+void FractionalMaxPool3dBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& self = a[1].toTensor();
+  results->push_back(MetaLike(self, self.sizes()));
+}
+
+// upsample_bilinear2d / upsample_bicubic2d / their _aa forms (self, output_size, align_corners,
+// scales_h, scales_w): torch's uint8 kernels compute with int16 fixed-point weights (an AVX2 path
+// and a generic one), which the lowering does not reproduce; uint8 inputs take the CPU path.
+template <at::Tensor (*Op)(const at::Tensor&, at::IntArrayRef, bool, std::optional<double>, std::optional<double>)>
+void Upsample2dMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& self = a[0].toTensor();
+  TORCH_CHECK(self.scalar_type() != at::kByte, "uint8 interpolation runs on the CPU");
+  results->push_back(Op(self, a[1].toIntVector(), a[2].toBool(), a[3].toOptional<double>(), a[4].toOptional<double>()));
+}
+
 }  // namespace
 
 MetaOverride FindMetaOverride(const std::string& name) {
+  if (MetaOverride guard = FindMetaGuard(name)) return guard;
   static const auto* table = new std::unordered_map<std::string, MetaOverride>{
       {"aten::_thnn_fused_lstm_cell", &LstmCellMeta},
       {"aten::_thnn_fused_lstm_cell_backward_impl", &LstmCellBackwardMeta},
@@ -101,6 +125,11 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::_fused_adagrad", &UpdatedListsMeta<4>},
       {"aten::__lshift__.Scalar", &ShiftScalarMeta},
       {"aten::__rshift__.Scalar", &ShiftScalarMeta},
+      {"aten::fractional_max_pool3d_backward", &FractionalMaxPool3dBackwardMeta},
+      {"aten::upsample_bilinear2d", &Upsample2dMeta<&at::upsample_bilinear2d>},
+      {"aten::upsample_bicubic2d", &Upsample2dMeta<&at::upsample_bicubic2d>},
+      {"aten::_upsample_bilinear2d_aa", &Upsample2dMeta<&at::_upsample_bilinear2d_aa>},
+      {"aten::_upsample_bicubic2d_aa", &Upsample2dMeta<&at::_upsample_bicubic2d_aa>},
   };
   auto it = table->find(name);
   return it == table->end() ? nullptr : it->second;

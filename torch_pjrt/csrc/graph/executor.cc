@@ -523,14 +523,11 @@ std::vector<PJRT_Buffer*> Arguments(int device, const DeviceTrace& trace, const 
   return args;
 }
 
-// After launch (nothing here throws): donated buffers are marked, targets get their buffers, and
+// After launch (nothing here throws): donations are counted, targets get their buffers, and
 // the index checks are left to be read at the next sync point.
 void Publish(int device, const DeviceTrace& trace, const PendingGraph& g, const CompiledGraph& compiled,
              std::vector<std::shared_ptr<runtime::Buffer>> results) {
-  for (const auto& [p, o] : g.donations) {
-    trace.params[p]->buffer->MarkDonated();
-    Metrics::Increment(Counter::kDonatedBuffers);
-  }
+  for (size_t i = 0; i < g.donations.size(); ++i) Metrics::Increment(Counter::kDonatedBuffers);
   if (g.has_checks) {
     std::vector<std::string> whats;
     std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents;
@@ -562,10 +559,12 @@ void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGrap
   }
   std::vector<std::shared_ptr<runtime::Buffer>> slot_buffers;
   std::vector<PJRT_Buffer*> args = Arguments(device, trace, *compiled, &slot_buffers);
+  std::vector<runtime::Buffer*> donated;
+  for (const auto& [p, o] : g.donations) donated.push_back(trace.params[p]->buffer.get());
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
-    results = compiled->executable->Execute(args, device);
+    results = compiled->executable->Execute(args, device, donated);
   }
   Metrics::Increment(Counter::kExecutions);
   Publish(device, trace, g, *compiled, std::move(results));

@@ -701,15 +701,31 @@ std::vector<Val> Emitter::While(const std::vector<Val>& init, const RegionBody& 
   std::string body_block = Block(types, body);
   std::string lhs;
   std::vector<Val> results = NewResults(types, &lhs);
-  std::string s = lhs + " = \"stablehlo.while\"(";
-  std::string type_list;
+  std::string names, type_list;
   for (size_t i = 0; i < init.size(); ++i) {
-    s += (i ? ", " : "") + Name(init[i]);
+    names += (i ? ", " : "") + Name(init[i]);
     type_list += (i ? ", " : "") + TypeString(init[i]);
   }
-  s += ") ({\n" + cond_block + "    }, {\n" + body_block + "    }) : (" + type_list + ") -> (" + type_list + ")";
-  Line(s);
+  Line(lhs + " = \"stablehlo.while\"(" + names + ") ({\n" + cond_block + "    }, {\n" + body_block +
+       "    }) : (" + type_list + ") -> (" + type_list + ")");
   return results;
+}
+
+std::vector<Val> Emitter::CustomCall(const std::string& target, const std::vector<Val>& operands,
+                                     const std::vector<TensorType>& results,
+                                     const std::string& backend_config) {
+  std::string lhs;
+  std::vector<Val> out = NewResults(results, &lhs);
+  std::string s = lhs + " = stablehlo.custom_call @" + target + "(";
+  for (size_t i = 0; i < operands.size(); ++i) s += (i ? ", " : "") + Name(operands[i]);
+  s += ") {backend_config = \"" + backend_config + "\"} : (";
+  for (size_t i = 0; i < operands.size(); ++i) s += (i ? ", " : "") + TypeString(operands[i]);
+  s += ") -> ";
+  if (results.size() != 1) s += "(";
+  for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + TypeString(results[i]);
+  if (results.size() != 1) s += ")";
+  Line(s);
+  return out;
 }
 
 std::pair<Val, Val> Emitter::RngBitGenerator(const Val& state, const TensorType& type) {

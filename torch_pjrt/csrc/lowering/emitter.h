@@ -139,9 +139,14 @@ class Emitter {
   // Sort along `dim`; `body` gets (lhs_0, rhs_0, lhs_1, rhs_1, ...) and returns one i1.
   std::vector<Val> Sort(const std::vector<Val>& xs, int64_t dim, bool stable,
                         const RegionBody& body);
-  // Loop carrying `init`: `cond` gets the carried values and returns one 0-d i1 (continue?);
-  // `body` gets them and returns the next ones (same types). Regions see only their arguments.
+  // stablehlo.while over the loop-carried values `init`: `cond` gets them and returns one 0-d i1,
+  // `body` gets them and returns their next values (same types).
   std::vector<Val> While(const std::vector<Val>& init, const RegionBody& cond, const RegionBody& body);
+  // stablehlo.custom_call @target with a string backend_config, for calls the compiler expands
+  // itself (XLA's "Qr", "Eigh", "ProductOfElementaryHouseholderReflectors").
+  std::vector<Val> CustomCall(const std::string& target, const std::vector<Val>& operands,
+                              const std::vector<TensorType>& results,
+                              const std::string& backend_config = {});
   // THREE_FRY random bits: returns (new_state, bits of `type`).
   std::pair<Val, Val> RngBitGenerator(const Val& state, const TensorType& type);
 

@@ -49,8 +49,10 @@ std::vector<Val> LowerForeachCopy(LowerCtx& c) {
 
 void RegisterForeachOps(Registry& r) {
   auto foreach = [&](const std::string& schema, const std::string& element, LowerFn fn = LowerForeach) {
-    if (!r.Has(element)) return;  // the element op has no lowering (yet): torch's decomposition runs
-    r.Add("_foreach_" + schema, fn).foreach_of = element;
+    if (!r.Has(element)) return static_cast<OpLowering*>(nullptr);  // torch's decomposition runs
+    OpLowering& entry = r.Add("_foreach_" + schema, fn);
+    entry.foreach_of = element;
+    return &entry;
   };
   for (const char* unary : {"abs", "acos", "asin", "atan", "ceil", "cos", "cosh", "erf", "erfc", "exp", "expm1",
                             "floor", "frac", "lgamma", "log", "log10", "log1p", "log2", "neg", "reciprocal",
@@ -79,7 +81,8 @@ void RegisterForeachOps(Registry& r) {
   foreach("pow.ScalarList", "pow.Tensor_Tensor");
   foreach("pow.ScalarAndTensor", "pow.Scalar");
   foreach("mm", "mm");
-  foreach("norm.Scalar", "linalg_vector_norm", LowerForeachNorm);
+  // ord chooses the formula (like linalg_vector_norm's own ord): a constant.
+  if (OpLowering* norm = foreach("norm.Scalar", "linalg_vector_norm", LowerForeachNorm)) norm->structural_scalars = {1};
   r.Add("_foreach_copy", LowerForeachCopy);
 }
 

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "lowering/algebra.h"
 #include "lowering/helpers.h"
 
 namespace torch_pjrt::lowering {
@@ -16,9 +17,21 @@ namespace {
 Val BitcastFlat(Emitter& e, const Val& flat, ElementType to) {
   ElementType from = flat.dtype();
   if (from == to) return flat;
-  if (IsComplex(from) || IsComplex(to)) {
-    throw std::invalid_argument(std::string("pjrt: reinterpreting ") + TypeName(from) + " storage as " +
-                                TypeName(to) + " is not supported");
+  if (IsComplex(from)) {
+    // A complex element is its (real, imaginary) pair in memory: view_as_real, x.view(float).
+    int64_t n = flat.dims()[0];
+    Val re = e.Reshape(RealPart(e, flat), {n, 1}), im = e.Reshape(ImagPart(e, flat), {n, 1});
+    return BitcastFlat(e, e.Reshape(e.Concatenate({re, im}, 1), {2 * n}), to);
+  }
+  if (IsComplex(to)) {
+    Val parts = BitcastFlat(e, flat, ComplexPartType(to));
+    int64_t n = parts.dims()[0];
+    if (n % 2 != 0) {
+      throw std::invalid_argument("pjrt: storage size is not a multiple of the new element size");
+    }
+    Val pairs = e.Reshape(parts, {n / 2, 2});
+    Val re = e.Reshape(e.SliceDim(pairs, 1, 0, 1), {n / 2}), im = e.Reshape(e.SliceDim(pairs, 1, 1, 2), {n / 2});
+    return MakeComplex(e, re, im);
   }
   // PRED has no bit width in StableHLO's bitcast; torch stores bools as bytes holding 0 or 1.
   if (from == ElementType::kBool) return BitcastFlat(e, e.Convert(flat, ElementType::kU8), to);
@@ -257,7 +270,7 @@ std::vector<Val> LowerViewWrite(LowerCtx& c) {
 }
 
 // pjrt::convert(Tensor x, ScalarType dtype)
-std::vector<Val> LowerConvert(LowerCtx& c) { return {c.e.Convert(c.tensor(0), c.dtype_arg(1))}; }
+std::vector<Val> LowerConvert(LowerCtx& c) { return {ConvertTo(c.e, c.tensor(0), c.dtype_arg(1))}; }
 
 // pjrt::zeros() -> out: the contents of never-written storage.
 std::vector<Val> LowerZeros(LowerCtx& c) { return {c.e.Full(0, c.out())}; }

@@ -173,6 +173,13 @@ OpLowering& Registry::Add(std::string schema, LowerFn fn) {
   return entries_.back();
 }
 
+OpLowering* Registry::Find(std::string_view schema) {
+  for (OpLowering& e : entries_) {
+    if (e.schema == schema) return &e;
+  }
+  return nullptr;
+}
+
 namespace {
 struct TableData {
   std::vector<OpLowering> entries;
@@ -189,11 +196,22 @@ const TableData& Data() {
     RegisterIndexingOps(r);
     RegisterFactoryOps(r);
     RegisterRnnOps(r);
+    RegisterFftOps(r);
+    RegisterLinalgDecompositionOps(r);
+    RegisterLinalgMiscOps(r);
     RegisterDynamicShapeOps(r);
     RegisterRandomOps(r);
     RegisterOptimizerOps(r);
+    RegisterPaddingOps(r);
+    RegisterPoolingOps(r);
+    RegisterUpsampleOps(r);
+    RegisterSamplingOps(r);
+    RegisterSortingOps(r);
+    RegisterScanOps(r);
+    RegisterScatterReduceOps(r);
     RegisterSpecialOps(r);
-    RegisterForeachOps(r);
+    RegisterComplexOps(r);  // after the ops it wraps
+    RegisterForeachOps(r);  // last: it pairs with ops registered before it
     auto* d = new TableData();
     d->entries = r.entries();
     for (size_t i = 0; i < d->entries.size(); ++i) {

@@ -115,6 +115,9 @@ struct OpLowering {
 class Registry {
  public:
   OpLowering& Add(std::string schema, LowerFn fn);
+  // The entry registered so far for `schema`, or nullptr: lets a later file wrap another file's
+  // lowering (complex.cc routes complex inputs of real-only lowerings to its own code).
+  OpLowering* Find(std::string_view schema);
   const std::vector<OpLowering>& entries() const { return entries_; }
   bool Has(std::string_view schema) const;
 
@@ -136,10 +139,21 @@ void RegisterNNOps(Registry& r);
 void RegisterIndexingOps(Registry& r);
 void RegisterFactoryOps(Registry& r);
 void RegisterRnnOps(Registry& r);
+void RegisterFftOps(Registry& r);
+void RegisterLinalgDecompositionOps(Registry& r);
+void RegisterLinalgMiscOps(Registry& r);
 void RegisterDynamicShapeOps(Registry& r);
 void RegisterRandomOps(Registry& r);
 void RegisterOptimizerOps(Registry& r);
+void RegisterPaddingOps(Registry& r);
+void RegisterPoolingOps(Registry& r);
+void RegisterUpsampleOps(Registry& r);
+void RegisterSamplingOps(Registry& r);
+void RegisterSortingOps(Registry& r);
+void RegisterScanOps(Registry& r);
+void RegisterScatterReduceOps(Registry& r);
 void RegisterSpecialOps(Registry& r);
-void RegisterForeachOps(Registry& r);  // last: it pairs with ops registered before it
+void RegisterComplexOps(Registry& r);  // after the others: it wraps some of their entries
+void RegisterForeachOps(Registry& r);  // called last: it pairs with ops registered before it
 
 }  // namespace torch_pjrt::lowering

@@ -1,5 +1,6 @@
-// Neural-network ops: convolution (any rank, grouped, transposed) and its gradients, max/avg/
-// adaptive pooling, batch/layer/group norm, and losses (nll, mse), with their backward formulas.
+// Neural-network ops: convolution (any rank, grouped, transposed) and its gradients, 2-d average
+// pooling (max and adaptive pooling: pooling.cc), batch/layer/group norm, and losses (nll, mse),
+// with their backward formulas.
 // Convolution gradients follow the standard XLA formulation (the one JAX uses): the input
 // gradient is a convolution of the output gradient with the spatially reversed kernel, the
 // weight gradient a convolution of the input with the output gradient, batch and feature swapped.
@@ -211,65 +212,6 @@ Window PoolWindow(LowerCtx& c, const Val& x, size_t n, const Dims& kernel, const
 
 Dims TrailingDims(const Dims& d, size_t n) { return Dims(d.end() - n, d.end()); }
 
-// max_pool2d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False)
-std::vector<Val> LowerMaxPool2d(LowerCtx& c) {
-  Val x = c.tensor(0);
-  constexpr size_t n = 2;
-  Dims kernel = Expand(c.int_list(1), n, 1);
-  Dims stride = c.int_list(2);
-  stride = stride.empty() ? kernel : Expand(stride, n, 1);
-  Window w = PoolWindow(c, x, n, kernel, stride, Expand(c.int_list(3), n, 0), Expand(c.int_list(4), n, 1),
-                        TrailingDims(c.out(0).dims, n));
-  // Flat position within each (H, W) plane, carried alongside the values.
-  Dims plane = TrailingDims(x.dims(), n);
-  TensorType it{ElementType::kS64, x.dims()};
-  Val idx = c.e.Binary("add",
-                       c.e.Binary("multiply", c.e.Iota(it, x.rank() - 2), c.e.Full(static_cast<double>(plane[1]), it)),
-                       c.e.Iota(it, x.rank() - 1));
-  ElementType t = x.dtype();
-  bool is_float = IsFloating(t);
-  auto body = [&](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> {
-    const Val &av = a[0], &ai = a[1], &xv = a[2], &xi = a[3];
-    Val better = b.Compare("GT", xv, av);
-    if (is_float) better = b.Binary("or", better, b.Compare("NE", xv, xv));
-    Val same = b.Binary("and", b.Compare("EQ", xv, av), b.Compare("LT", xi, ai));
-    Val take = b.Binary("or", better, same);
-    return {b.Select(take, xv, av), b.Select(take, xi, ai)};
-  };
-  std::vector<Val> r = c.e.ReduceWindow({x, idx}, {c.e.Scalar(LowestValue(t), t), c.e.Scalar(-1, ElementType::kS64)},
-                                        w.window, w.strides, Dims(x.rank(), 1), w.dilation, w.padding, body);
-  return {r[0], r[1]};
-}
-
-// Scatter-adds per-plane values `src` [P, M] at positions `idx` [P, M] into zeros [P, size].
-Val ScatterAddPlanes(Emitter& e, const Val& src, const Val& idx, int64_t size) {
-  int64_t planes = src.dims()[0], m = src.dims()[1];
-  TensorType it{ElementType::kS64, {planes, m, 1}};
-  Val plane_ids = e.Iota(it, 0);
-  Val positions = e.Reshape(e.Convert(idx, ElementType::kS64), {planes, m, 1});
-  Val indices = e.Concatenate({plane_ids, positions}, 2);
-  Emitter::ScatterDims d;
-  d.inserted_window_dims = {0, 1};
-  d.scatter_dims_to_operand_dims = {0, 1};
-  d.index_vector_dim = 2;
-  Val zeros = e.Full(0, TensorType{src.dtype(), {planes, size}});
-  return e.Scatter(zeros, indices, src, d, "add");
-}
-
-// max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
-//                                  ceil_mode, indices)
-std::vector<Val> LowerMaxPool2dBackward(LowerCtx& c) {
-  Val g = c.tensor(0), x = c.tensor(1), idx = c.tensor(7);
-  int64_t planes = 1;
-  for (int64_t i = 0; i + 2 < x.rank(); ++i) planes *= x.dims()[i];
-  int64_t hw = x.dims()[x.rank() - 2] * x.dims()[x.rank() - 1];
-  int64_t ohw = g.dims()[g.rank() - 2] * g.dims()[g.rank() - 1];
-  ElementType acc = Opmath(c.out().dtype);
-  Val src = c.e.Reshape(c.e.Convert(g, acc), {planes, ohw});
-  Val grad = ScatterAddPlanes(c.e, src, c.e.Reshape(idx, {planes, ohw}), hw);
-  return {c.e.Convert(c.e.Reshape(grad, x.dims()), c.out().dtype)};
-}
-
 // Padding of the output gradient so that a stride-1 windowed sum produces the input gradient.
 Pads TransposedWindowPadding(const Dims& in, const Dims& window, const Dims& strides,
                              const Dims& out, const Pads& padding, const Dims& dilation) {
@@ -351,55 +293,6 @@ std::vector<Val> LowerAvgPool2dBackward(LowerCtx& c) {
   Pads none(x.rank(), {0, 0});
   Val grad = c.e.ReduceWindow({padded}, {c.e.Scalar(0, acc)}, w.window, ones, ones, ones, none, add)[0];
   return {c.e.Convert(grad, c.out().dtype)};
-}
-
-// Averaging matrix [out, in] of adaptive pooling along one dim.
-Val AdaptiveMatrix(Emitter& e, int64_t in, int64_t out, ElementType t) {
-  TensorType it{ElementType::kS64, {out, in}};
-  Val i = e.Iota(it, 0), h = e.Iota(it, 1);
-  Val in_k = e.Full(static_cast<double>(in), it), out_k = e.Full(static_cast<double>(out), it);
-  // start = floor(i * in / out), end = ceil((i + 1) * in / out)
-  Val start = e.Binary("divide", e.Binary("multiply", i, in_k), out_k);
-  Val one = e.Full(1, it);
-  Val end = e.Binary("divide",
-                     e.Binary("subtract", e.Binary("add", e.Binary("multiply", e.Binary("add", i, one), in_k), out_k), one),
-                     out_k);
-  Val inside = e.Binary("and", e.Compare("GE", h, start), e.Compare("LT", h, end));
-  Val count = e.Convert(e.Binary("subtract", end, start), t);
-  return e.Select(inside, e.Binary("divide", e.Full(1, TensorType{t, {out, in}}), count),
-                  e.Full(0, TensorType{t, {out, in}}));
-}
-
-// Multiplies the last two dims of `v` by the averaging matrices Mh [oh, h] and Mw [ow, w],
-// contracting each matrix's dimension `contract` (1: forward, [.., h, w] -> [.., oh, ow]; 0: the
-// transposed product of the backward pass, [.., oh, ow] -> [.., h, w]).
-Val AdaptiveAverage(LowerCtx& c, const Val& v, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                    int64_t contract) {
-  ElementType acc = Opmath(c.out().dtype);
-  int64_t r = v.rank();
-  Val mw = AdaptiveMatrix(c.e, w, ow, acc), mh = AdaptiveMatrix(c.e, h, oh, acc);
-  Val y = c.e.DotGeneral(c.e.Convert(v, acc), mw, {}, {}, {r - 1}, {contract}, acc);  // last dim done
-  Val z = c.e.DotGeneral(y, mh, {}, {}, {r - 2}, {contract}, acc);  // [..., last, second-last]
-  Dims perm;
-  for (int64_t i = 0; i < r - 2; ++i) perm.push_back(i);
-  perm.push_back(r - 1);
-  perm.push_back(r - 2);
-  return c.e.Convert(c.e.Transpose(z, perm), c.out().dtype);
-}
-
-// _adaptive_avg_pool2d(self, output_size): two small matmuls with averaging matrices.
-std::vector<Val> LowerAdaptiveAvgPool2d(LowerCtx& c) {
-  Val x = c.tensor(0);
-  int64_t r = x.rank();
-  return {AdaptiveAverage(c, x, x.dims()[r - 2], x.dims()[r - 1], c.out().dims[r - 2],
-                          c.out().dims[r - 1], 1)};
-}
-
-// _adaptive_avg_pool2d_backward(grad_output, self)
-std::vector<Val> LowerAdaptiveAvgPool2dBackward(LowerCtx& c) {
-  Val g = c.tensor(0), x = c.tensor(1);
-  int64_t r = x.rank();
-  return {AdaptiveAverage(c, g, x.dims()[r - 2], x.dims()[r - 1], g.dims()[r - 2], g.dims()[r - 1], 0)};
 }
 
 // ------------------------------------------------------------ normalization
@@ -797,12 +690,8 @@ void RegisterNNOps(Registry& r) {
   // its own: aten::convolution has the same arguments and computes the same shapes.
   r.Add("convolution_overrideable", LowerConvolution).meta_op = "convolution";
   r.Add("convolution_backward_overrideable", LowerConvolutionBackward);
-  r.Add("max_pool2d_with_indices", LowerMaxPool2d);
-  r.Add("max_pool2d_with_indices_backward", LowerMaxPool2dBackward);
   r.Add("avg_pool2d", LowerAvgPool2d);
   r.Add("avg_pool2d_backward", LowerAvgPool2dBackward);
-  r.Add("_adaptive_avg_pool2d", LowerAdaptiveAvgPool2d);
-  r.Add("_adaptive_avg_pool2d_backward", LowerAdaptiveAvgPool2dBackward);
   // native_batch_norm updates running_mean/var in place without saying so in its schema.
   r.Add("native_batch_norm", LowerNativeBatchNorm).extra_mutations = {3, 4};
   r.Add("_native_batch_norm_legit", LowerBatchNormLegit);

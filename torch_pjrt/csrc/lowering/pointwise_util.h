@@ -133,26 +133,4 @@ inline Val Polevl(Emitter& e, const Val& x, std::initializer_list<double> coeffs
   return r;
 }
 
-// Complex parts: the real type of a complex type, real/imag parts, |z|, and building z.
-inline ElementType PartType(ElementType t) {
-  return t == ElementType::kC64 ? ElementType::kF32 : ElementType::kF64;
-}
-inline Val Real(Emitter& e, const Val& z) {
-  TensorType pt{PartType(z.dtype()), z.dims()};
-  return e.Raw("\"stablehlo.real\"(" + e.Name(z) + ")", "(" + TypeString(z) + ") -> " + TypeString(pt), pt);
-}
-inline Val Imag(Emitter& e, const Val& z) {
-  TensorType pt{PartType(z.dtype()), z.dims()};
-  return e.Raw("\"stablehlo.imag\"(" + e.Name(z) + ")", "(" + TypeString(z) + ") -> " + TypeString(pt), pt);
-}
-inline Val CAbs(Emitter& e, const Val& z) {
-  TensorType pt{PartType(z.dtype()), z.dims()};
-  return e.Raw("\"stablehlo.abs\"(" + e.Name(z) + ")", "(" + TypeString(z) + ") -> " + TypeString(pt), pt);
-}
-inline Val MakeComplex(Emitter& e, const Val& re, const Val& im) {
-  TensorType ct{re.dtype() == ElementType::kF32 ? ElementType::kC64 : ElementType::kC128, re.dims()};
-  return e.Raw("\"stablehlo.complex\"(" + e.Name(re) + ", " + e.Name(im) + ")",
-               "(" + TypeString(re) + ", " + TypeString(im) + ") -> " + TypeString(ct), ct);
-}
-
 }  // namespace torch_pjrt::lowering::pw

@@ -40,6 +40,16 @@ std::vector<Val> LowerSum(LowerCtx& c) {
   return {Finish(c, SumDims(c.e, x, dims, Opmath(c.out().dtype)), x, dims, false)};
 }
 
+// nansum(self, dim=None, keepdim=False, *, dtype=None): NaN counts as zero.
+std::vector<Val> LowerNansum(LowerCtx& c) {
+  Val x = c.tensor(0);
+  Dims dims = ReduceDims(c, 1, x.rank());
+  ElementType acc = Opmath(c.out().dtype);
+  Val xc = c.e.Convert(x, acc);
+  if (IsFloating(x.dtype())) xc = c.e.Select(c.e.Compare("NE", x, x), c.e.Full(0, xc.type), xc);
+  return {Finish(c, SumDims(c.e, xc, dims, acc), x, dims, c.bool_arg(2, false))};
+}
+
 Val Mean(LowerCtx& c, const Val& x, const Dims& dims, ElementType acc) {
   Val s = SumDims(c.e, x, dims, acc);
   return c.e.Binary("divide", s, c.e.Full(static_cast<double>(Count(x, dims)), s.type));
@@ -330,28 +340,12 @@ std::vector<Val> LowerLogsumexp(LowerCtx& c) {
   return {Finish(c, r, x, dims, c.bool_arg(2, false))};
 }
 
-// cumsum(self, dim, *, dtype=None): a reduce_window over the prefix.
-std::vector<Val> LowerCumsum(LowerCtx& c) {
-  Val x = c.tensor(0);
-  ElementType acc = Opmath(c.out().dtype);
-  Val xc = c.e.Convert(x, acc);
-  if (x.rank() == 0) return {c.e.Convert(xc, c.out().dtype)};
-  int64_t dim = NormDim(c.int_arg(1), x.rank());
-  int64_t n = x.dims()[dim];
-  Dims window(x.rank(), 1), ones(x.rank(), 1);
-  window[dim] = n;
-  std::vector<std::pair<int64_t, int64_t>> pad(x.rank(), {0, 0});
-  pad[dim] = {n - 1, 0};
-  auto add = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("add", a[0], a[1])}; };
-  Val r = c.e.ReduceWindow({xc}, {c.e.Scalar(0, acc)}, window, ones, ones, ones, pad, add)[0];
-  return {c.e.Convert(r, c.out().dtype)};
-}
-
 }  // namespace
 
 void RegisterReductionOps(Registry& r) {
   r.Add("sum.dim_IntList", LowerSumDim);
   r.Add("sum", LowerSum);
+  r.Add("nansum", LowerNansum);
   r.Add("mean.dim", LowerMeanDim);
   r.Add("mean", LowerMean);
   r.Add("amax", LowerAmax);
@@ -381,7 +375,6 @@ void RegisterReductionOps(Registry& r) {
   r.Add("_softmax_backward_data", LowerSoftmaxBackward);
   r.Add("_log_softmax_backward_data", LowerLogSoftmaxBackward);
   r.Add("logsumexp", LowerLogsumexp);
-  r.Add("cumsum", LowerCumsum);
 }
 
 }  // namespace torch_pjrt::lowering

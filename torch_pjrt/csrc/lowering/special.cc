@@ -38,30 +38,6 @@ void CheckFloatOrDouble(ElementType t, const char* op) {
 
 std::vector<Val> LowerSignbit(LowerCtx& c) { return {SignBit(c.e, c.tensor(0))}; }
 
-// sgn: sign for real types; z / |z| (0 at 0) for complex, with c10::complex's division by a
-// real-valued complex (so infinite parts give NaN like the CPU kernel).
-std::vector<Val> LowerSgn(LowerCtx& c) {
-  Emitter& e = c.e;
-  Val x = c.tensor(0);
-  ElementType t = x.dtype();
-  if (t == ElementType::kBool) return {x};
-  if (IsComplex(t)) {
-    Val re = Real(e, x), im = Imag(e, x), a = CAbs(e, x);
-    Val zero = K(e, 0, a);
-    Val rat = Div(e, zero, a);
-    Val scl = Div(e, K(e, 1, a), Add(e, a, Mul(e, zero, rat)));
-    Val r = Mul(e, Add(e, re, Mul(e, im, rat)), scl);
-    Val i = Mul(e, Sub(e, im, Mul(e, re, rat)), scl);
-    Val is_zero = Cmp(e, "EQ", a, zero);
-    return {MakeComplex(e, Sel(e, is_zero, zero, r), Sel(e, is_zero, zero, i))};
-  }
-  ElementType ct = Opmath(t);
-  Val xc = e.Convert(x, ct);
-  Val zero = K(e, 0, xc);
-  Val pos = e.Convert(Cmp(e, "GT", xc, zero), ct), neg = e.Convert(Cmp(e, "LT", xc, zero), ct);
-  return {Done(c, Sub(e, pos, neg))};
-}
-
 std::vector<Val> LowerCopysign(LowerCtx& c) {  // copysign.Tensor(self, other)
   ElementType t = c.out().dtype;
   return {CopySign(c.e, In(c, 0, t), In(c, 1, t))};
@@ -345,18 +321,6 @@ std::vector<Val> LowerShift(LowerCtx& c, bool left) {
 }
 std::vector<Val> LowerLshift(LowerCtx& c) { return LowerShift(c, true); }
 std::vector<Val> LowerRshift(LowerCtx& c) { return LowerShift(c, false); }
-
-// angle: atan2(imag, real) for complex; for reals NaN stays, negatives give pi, others 0.
-std::vector<Val> LowerAngle(LowerCtx& c) {
-  Emitter& e = c.e;
-  Val x = c.tensor(0);
-  if (IsComplex(x.dtype())) return {Done(c, e.Binary("atan2", Imag(e, x), Real(e, x)))};
-  ElementType t = Compute(c);
-  Val xc = e.Convert(x, t);
-  Val r = Sel(e, Cmp(e, "LT", xc, K(e, 0, xc)), K(e, kPi, xc), K(e, 0, xc));
-  if (IsFloating(x.dtype())) r = Sel(e, IsNan(e, xc), xc, r);
-  return {Done(c, r)};
-}
 
 // ------------------------------------------------------------ special functions
 
@@ -643,7 +607,6 @@ std::vector<Val> LowerI1e(LowerCtx& c) { return LowerBessel(c, 1, true); }
 
 void RegisterSpecialOps(Registry& r) {
   r.Add("signbit", LowerSignbit);
-  r.Add("sgn", LowerSgn);
   r.Add("copysign.Tensor", LowerCopysign);
   r.Add("heaviside", LowerHeaviside);
   r.Add("nextafter", LowerNextafter);
@@ -671,7 +634,6 @@ void RegisterSpecialOps(Registry& r) {
   r.Add("__rshift__.Scalar", LowerRshift).extra_variants = {"__irshift__.Scalar"};
   r.Add("bitwise_left_shift.Tensor", LowerLshift);
   r.Add("bitwise_right_shift.Tensor", LowerRshift);
-  r.Add("angle", LowerAngle);
   r.Add("erfc", LowerErfc);
   r.Add("special_erfcx", LowerErfcx);
   r.Add("special_ndtri", LowerNdtri);

@@ -179,8 +179,8 @@ std::string Executable::Serialize() const {
   return bytes;
 }
 
-std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_Buffer*>& args,
-                                                         int device) const {
+std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_Buffer*>& args, int device,
+                                                         const std::vector<Buffer*>& donated) const {
   const Plugin& plugin = client_->plugin();
   std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
   PJRT_Buffer* const* arg_list = args.data();
@@ -200,6 +200,7 @@ std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_
   exec.execute_device = client_->device(device);
   PJRT_CALL(plugin, PJRT_LoadedExecutable_Execute, &exec);
   // Launched: from here on nothing may throw, or the outputs and the event would leak.
+  for (Buffer* b : donated) b->MarkDonated();
   std::vector<std::shared_ptr<Buffer>> result;
   result.reserve(outputs.size());
   for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(client_, b, device));

@@ -30,9 +30,11 @@ class Executable {
   size_t num_outputs() const { return num_outputs_; }
 
   // Starts the program on `device` and returns its outputs at once; they become ready when the
-  // device finishes. Inputs listed in the program's tf.aliasing_output attributes are consumed.
-  std::vector<std::shared_ptr<Buffer>> Execute(const std::vector<PJRT_Buffer*>& args,
-                                               int device) const;
+  // device finishes. Inputs listed in the program's tf.aliasing_output attributes are consumed:
+  // `donated` (their Buffers) are marked donated once the launch succeeded, before the outputs are
+  // counted, so memory statistics never count a donated input and its output at once.
+  std::vector<std::shared_ptr<Buffer>> Execute(const std::vector<PJRT_Buffer*>& args, int device,
+                                               const std::vector<Buffer*>& donated = {}) const;
 
  private:
   Executable(std::shared_ptr<Client> client, PJRT_LoadedExecutable* loaded);

@@ -1,0 +1,295 @@
+// Complex numbers: complex(real, imag), polar, _conj_physical, angle, sgn; and complex inputs of
+// lowerings written for real types elsewhere (abs, isnan, nan_to_num, var/std, vector norms,
+// tanh/sigmoid backward, pow with a complex exponent, addmm-style complex alpha/beta).
+//
+// Those other lowerings compute in their (real) output type and would drop the imaginary part,
+// or read a complex constant as its real part. Rather than editing them, this file registers last
+// and re-points their table entries at a router: inputs that need complex handling take the code
+// here, everything else reaches the original lowering unchanged.
+#include <cmath>
+#include <stdexcept>
+
+#include "lowering/algebra.h"
+
+namespace torch_pjrt::lowering {
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+bool AnyComplexTensor(LowerCtx& c) {
+  for (size_t i = 0; i < c.num_args(); ++i) {
+    if (c.is_tensor(i) && IsComplex(c.tensor(i).dtype())) return true;
+  }
+  return false;
+}
+
+// A structural Scalar with a non-zero imaginary part (the real part is the Arg's double, the
+// imaginary part sits in the list pool).
+bool IsComplexConstant(LowerCtx& c, size_t i) {
+  if (c.is_none(i) || c.arg(i).kind != ArgKind::kComplex) return false;
+  return c.double_list(i).at(0) != 0.0;
+}
+std::pair<double, double> ComplexConstant(LowerCtx& c, size_t i, double default_value) {
+  if (c.is_none(i)) return {default_value, 0.0};
+  const Arg& a = c.arg(i);
+  if (a.kind == ArgKind::kComplex) return {a.as_double(), c.double_list(i).at(0)};
+  return {a.as_double(), 0.0};
+}
+Val ComplexFull(Emitter& e, std::pair<double, double> v, const TensorType& t) {
+  if (!IsComplex(t.dtype)) return e.Full(v.first, t);
+  TensorType pt{ComplexPartType(t.dtype), t.dims};
+  return MakeComplex(e, e.Full(v.first, pt), e.Full(v.second, pt));
+}
+
+// Tensor argument i converted to t and broadcast to the output's shape.
+Val In(LowerCtx& c, size_t i, ElementType t) {
+  return c.e.BroadcastTo(ConvertTo(c.e, c.tensor(i), t), c.out().dims);
+}
+
+Val Abs(Emitter& e, const Val& x) {
+  if (!IsComplex(x.dtype())) return e.Unary("abs", x);
+  TensorType t{ComplexPartType(x.dtype()), x.dims()};
+  Val a = e.Raw("\"stablehlo.abs\"(" + e.Name(x) + ")", "(" + TypeString(x) + ") -> " + TypeString(t), t);
+  // C's hypot (what CPU eager's std::abs computes): +inf when either part is infinite, even if the
+  // other is NaN; XLA's complex abs gives NaN there.
+  Val inf = e.Full(INFINITY, t);
+  Val any_inf = e.Binary("or", e.Compare("EQ", e.Unary("abs", RealPart(e, x)), inf),
+                         e.Compare("EQ", e.Unary("abs", ImagPart(e, x)), inf));
+  return e.Select(any_inf, inf, a);
+}
+
+Val IsNan(Emitter& e, const Val& x) {
+  if (IsComplex(x.dtype())) {
+    return e.Binary("or", IsNan(e, RealPart(e, x)), IsNan(e, ImagPart(e, x)));
+  }
+  if (!IsFloating(x.dtype())) return e.Full(0, TensorType{ElementType::kBool, x.dims()});
+  return e.Compare("NE", x, x);
+}
+
+// ------------------------------------------------------------ new ops
+
+// complex(real, imag)
+std::vector<Val> LowerComplex(LowerCtx& c) {
+  ElementType part = ComplexPartType(c.out().dtype);
+  return {MakeComplex(c.e, In(c, 0, part), In(c, 1, part))};
+}
+
+// polar(abs, angle) = abs * (cos(angle) + i sin(angle))
+std::vector<Val> LowerPolar(LowerCtx& c) {
+  ElementType part = ComplexPartType(c.out().dtype);
+  Val r = In(c, 0, part), th = In(c, 1, part);
+  return {MakeComplex(c.e, c.e.Binary("multiply", r, c.e.Unary("cosine", th)),
+                      c.e.Binary("multiply", r, c.e.Unary("sine", th)))};
+}
+
+// _conj_physical(self)
+std::vector<Val> LowerConjPhysical(LowerCtx& c) { return {Conj(c.e, c.tensor(0))}; }
+
+// angle(self): atan2(imag, real) for complex; for real numbers pi below zero, else 0 (NaN stays).
+std::vector<Val> LowerAngle(LowerCtx& c) {
+  Emitter& e = c.e;
+  Val x = c.tensor(0);
+  ElementType t = c.out().dtype;
+  if (IsComplex(x.dtype())) {
+    return {e.Convert(e.Binary("atan2", ImagPart(e, x), RealPart(e, x)), t)};
+  }
+  ElementType ct = Opmath(t);
+  Val xf = e.Convert(x, ct);
+  Val r = e.Select(e.Compare("LT", xf, e.Full(0, xf.type)), e.Full(kPi, xf.type), e.Full(0, xf.type));
+  if (IsFloating(x.dtype())) r = e.Select(IsNan(e, xf), xf, r);
+  return {e.Convert(r, t)};
+}
+
+// sgn(self) of a complex tensor: z / |z|, 0 at 0 (real inputs: sampling.cc's sgn).
+std::vector<Val> ComplexSgn(LowerCtx& c) {
+  Emitter& e = c.e;
+  Val x = c.tensor(0);
+  Val a = Abs(e, x);
+  Val zero = e.Compare("EQ", a, e.Full(0, a.type));
+  Val q = e.Binary("divide", x, MakeComplex(e, a, e.Full(0, a.type)));
+  return {e.Select(zero, e.Full(0, x.type), q)};
+}
+
+// ------------------------------------------------------------ complex paths of other lowerings
+
+std::vector<Val> ComplexAbs(LowerCtx& c) { return {c.e.Convert(Abs(c.e, c.tensor(0)), c.out().dtype)}; }
+
+std::vector<Val> ComplexIsnan(LowerCtx& c) { return {IsNan(c.e, c.tensor(0))}; }
+
+// nan_to_num(self, nan?, posinf?, neginf?): each part on its own.
+std::vector<Val> ComplexNanToNum(LowerCtx& c) {
+  Emitter& e = c.e;
+  Val x = c.tensor(0);
+  ElementType pt = ComplexPartType(x.dtype());
+  double nan = c.is_none(1) ? 0.0 : c.double_arg(1);
+  double pos = c.is_none(2) ? HighestFinite(pt) : c.double_arg(2);
+  double neg = c.is_none(3) ? -HighestFinite(pt) : c.double_arg(3);
+  auto fix = [&](const Val& v) {
+    Val r = e.Select(e.Compare("NE", v, v), e.Full(nan, v.type), v);
+    r = e.Select(e.Compare("EQ", v, e.Full(INFINITY, v.type)), e.Full(pos, v.type), r);
+    return e.Select(e.Compare("EQ", v, e.Full(-INFINITY, v.type)), e.Full(neg, v.type), r);
+  };
+  return {MakeComplex(e, fix(RealPart(e, x)), fix(ImagPart(e, x)))};
+}
+
+Dims ReduceDimsArg(LowerCtx& c, size_t i, int64_t rank) {
+  if (c.is_none(i)) return NormDims({}, rank);
+  return NormDims(c.int_list(i), rank);
+}
+
+Dims KeptDims(int64_t rank, const Dims& reduced) {
+  Dims kept;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (std::find(reduced.begin(), reduced.end(), i) == reduced.end()) kept.push_back(i);
+  }
+  return kept;
+}
+
+// (variance, mean) of complex x over dims: sum |x - mean|^2 / (n - correction), a real number.
+std::pair<Val, Val> ComplexVarMean(LowerCtx& c, const Val& x, const Dims& dims) {
+  Emitter& e = c.e;
+  double count = 1;
+  for (int64_t d : dims) count *= static_cast<double>(x.dims()[d]);
+  Val sum = e.Reduce(x, e.Scalar(0, x.dtype()), dims, "add");
+  Val mean = e.Binary("divide", sum, e.Full(count, sum.type));
+  Val centered = e.Binary("subtract", x, e.BroadcastInDim(mean, x.dims(), KeptDims(x.rank(), dims)));
+  Val re = RealPart(e, centered), im = ImagPart(e, centered);
+  Val sq = e.Binary("add", e.Binary("multiply", re, re), e.Binary("multiply", im, im));
+  Val ss = e.Reduce(sq, e.Scalar(0, sq.dtype()), dims, "add");
+  double correction = c.is_none(2) ? 1.0 : c.double_arg(2);
+  double n = count - correction;
+  return {e.Binary("divide", ss, e.Full(n > 0 ? n : 0.0, ss.type)), mean};
+}
+
+// var.correction / std.correction / var_mean.correction / std_mean.correction
+// (self, dim=None, *, correction=None, keepdim=False)
+std::vector<Val> ComplexVarStd(LowerCtx& c, bool sqrt, bool with_mean) {
+  Val x = c.tensor(0);
+  Dims dims = ReduceDimsArg(c, 1, x.rank());
+  auto [var, mean] = ComplexVarMean(c, x, dims);
+  if (sqrt) var = c.e.Unary("sqrt", var);
+  std::vector<Val> out{c.e.Convert(c.e.Reshape(var, c.out(0).dims), c.out(0).dtype)};
+  if (with_mean) out.push_back(ConvertTo(c.e, c.e.Reshape(mean, c.out(1).dims), c.out(1).dtype));
+  return out;
+}
+std::vector<Val> ComplexVar(LowerCtx& c) { return ComplexVarStd(c, false, false); }
+std::vector<Val> ComplexStd(LowerCtx& c) { return ComplexVarStd(c, true, false); }
+std::vector<Val> ComplexVarMeanOp(LowerCtx& c) { return ComplexVarStd(c, false, true); }
+std::vector<Val> ComplexStdMeanOp(LowerCtx& c) { return ComplexVarStd(c, true, true); }
+
+// linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None) of complex input: the
+// norm of |x|.
+std::vector<Val> ComplexVectorNorm(LowerCtx& c) {
+  Emitter& e = c.e;
+  Val x = c.tensor(0);
+  Dims dims = ReduceDimsArg(c, 2, x.rank());
+  ElementType acc = Opmath(c.out().dtype);
+  Val a = e.Convert(Abs(e, x), acc);
+  double ord = c.is_none(1) ? 2.0 : c.scalar_constant(1);
+  Val r;
+  if (std::isinf(ord)) {
+    r = e.Reduce(a, e.Scalar(ord > 0 ? -INFINITY : INFINITY, acc), dims, ord > 0 ? "maximum" : "minimum");
+  } else if (ord == 0) {
+    r = e.Reduce(e.Convert(e.Compare("NE", a, e.Full(0, a.type)), acc), e.Scalar(0, acc), dims, "add");
+  } else if (ord == 1) {
+    r = e.Reduce(a, e.Scalar(0, acc), dims, "add");
+  } else if (ord == 2) {
+    r = e.Unary("sqrt", e.Reduce(e.Binary("multiply", a, a), e.Scalar(0, acc), dims, "add"));
+  } else {
+    Val s = e.Reduce(e.Binary("power", a, e.Full(ord, a.type)), e.Scalar(0, acc), dims, "add");
+    r = e.Binary("power", s, e.Full(1.0 / ord, s.type));
+  }
+  return {e.Convert(e.Reshape(r, c.out().dims), c.out().dtype)};
+}
+
+// tanh_backward(grad, y) = grad * conj(1 - y^2); sigmoid_backward(grad, y) = grad * conj((1 - y) y)
+std::vector<Val> ComplexTanhBackward(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = c.out().dtype;
+  Val g = In(c, 0, t), y = In(c, 1, t);
+  Val d = e.Binary("subtract", e.Full(1, y.type), e.Binary("multiply", y, y));
+  return {e.Binary("multiply", g, Conj(e, d))};
+}
+std::vector<Val> ComplexSigmoidBackward(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = c.out().dtype;
+  Val g = In(c, 0, t), y = In(c, 1, t);
+  Val d = e.Binary("multiply", e.Binary("subtract", e.Full(1, y.type), y), y);
+  return {e.Binary("multiply", g, Conj(e, d))};
+}
+
+// pow.Tensor_Scalar(self, exponent) with a complex exponent.
+std::vector<Val> ComplexPowScalar(LowerCtx& c) {
+  ElementType t = c.out().dtype;
+  Val x = In(c, 0, t);
+  return {c.e.Binary("power", x, ComplexFull(c.e, ComplexConstant(c, 1, 1.0), x.type))};
+}
+
+// addmm / addmv / baddbmm (self, a, b, *, beta, alpha) with complex beta or alpha.
+std::vector<Val> ComplexAddProduct(LowerCtx& c, const Dims& batch, int64_t ca, int64_t cb) {
+  Emitter& e = c.e;
+  ElementType t = c.out().dtype;
+  Val a = ConvertTo(e, c.tensor(1), t), b = ConvertTo(e, c.tensor(2), t);
+  Val r = e.DotGeneral(a, b, batch, batch, {ca}, {cb}, t);
+  auto alpha = ComplexConstant(c, 4, 1.0), beta = ComplexConstant(c, 3, 1.0);
+  if (alpha != std::make_pair(1.0, 0.0)) r = e.Binary("multiply", r, ComplexFull(e, alpha, r.type));
+  if (beta != std::make_pair(0.0, 0.0)) {
+    Val self = c.e.BroadcastTo(ConvertTo(e, c.tensor(0), t), r.dims());
+    if (beta != std::make_pair(1.0, 0.0)) self = e.Binary("multiply", self, ComplexFull(e, beta, r.type));
+    r = e.Binary("add", self, r);
+  }
+  return {r};
+}
+std::vector<Val> ComplexAddmm(LowerCtx& c) { return ComplexAddProduct(c, {}, 1, 0); }
+std::vector<Val> ComplexAddmv(LowerCtx& c) { return ComplexAddProduct(c, {}, 1, 0); }
+std::vector<Val> ComplexBaddbmm(LowerCtx& c) { return ComplexAddProduct(c, {0}, 2, 1); }
+
+// ------------------------------------------------------------ routing
+
+bool TakesComplexInput(LowerCtx& c) { return AnyComplexTensor(c); }
+bool HasComplexExponent(LowerCtx& c) { return IsComplexConstant(c, 1); }
+bool HasComplexAlphaBeta(LowerCtx& c) { return IsComplexConstant(c, 3) || IsComplexConstant(c, 4); }
+
+constexpr int kMaxRoutes = 16;
+LowerFn g_original[kMaxRoutes];
+
+template <int K, LowerFn kComplexFn, bool (*kApplies)(LowerCtx&)>
+std::vector<Val> Route(LowerCtx& c) {
+  return kApplies(c) ? kComplexFn(c) : g_original[K](c);
+}
+
+void Reroute(Registry& r, const char* schema, int k, LowerFn route) {
+  OpLowering* entry = r.Find(schema);
+  if (entry == nullptr) throw std::logic_error(std::string("complex.cc: no lowering to route: ") + schema);
+  if (k >= kMaxRoutes) throw std::logic_error("complex.cc: too many routes");
+  g_original[k] = entry->fn;
+  entry->fn = route;
+}
+
+}  // namespace
+
+void RegisterComplexOps(Registry& r) {
+  r.Add("complex", LowerComplex);
+  r.Add("polar", LowerPolar);
+  r.Add("_conj_physical", LowerConjPhysical);
+  r.Add("angle", LowerAngle);
+
+  Reroute(r, "abs", 0, Route<0, ComplexAbs, TakesComplexInput>);
+  Reroute(r, "isnan", 1, Route<1, ComplexIsnan, TakesComplexInput>);
+  Reroute(r, "nan_to_num", 2, Route<2, ComplexNanToNum, TakesComplexInput>);
+  Reroute(r, "var.correction", 3, Route<3, ComplexVar, TakesComplexInput>);
+  Reroute(r, "std.correction", 4, Route<4, ComplexStd, TakesComplexInput>);
+  Reroute(r, "var_mean.correction", 5, Route<5, ComplexVarMeanOp, TakesComplexInput>);
+  Reroute(r, "std_mean.correction", 6, Route<6, ComplexStdMeanOp, TakesComplexInput>);
+  Reroute(r, "linalg_vector_norm", 7, Route<7, ComplexVectorNorm, TakesComplexInput>);
+  Reroute(r, "tanh_backward", 8, Route<8, ComplexTanhBackward, TakesComplexInput>);
+  Reroute(r, "sigmoid_backward", 9, Route<9, ComplexSigmoidBackward, TakesComplexInput>);
+  Reroute(r, "pow.Tensor_Scalar", 10, Route<10, ComplexPowScalar, HasComplexExponent>);
+  Reroute(r, "addmm", 11, Route<11, ComplexAddmm, HasComplexAlphaBeta>);
+  Reroute(r, "addmv", 12, Route<12, ComplexAddmv, HasComplexAlphaBeta>);
+  Reroute(r, "baddbmm", 13, Route<13, ComplexBaddbmm, HasComplexAlphaBeta>);
+  Reroute(r, "sgn", 14, Route<14, ComplexSgn, TakesComplexInput>);
+}
+
+}  // namespace torch_pjrt::lowering
