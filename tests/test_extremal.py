@@ -527,6 +527,89 @@ op("mse_loss", lambda a, b: (F.mse_loss(a, b), F.mse_loss(a, b, reduction="sum")
 op("mse_loss_backward", lambda g, a: aten.mse_loss_backward(g, a, a.flip(0), 1), "binary", "mse_loss_backward",
    tol=4)
 
+
+# More pointwise ops and special functions (lowering/special.cc).
+def nonzero_ints(x):
+    """Integer division by zero raises on CPU (see nonzero_divisor); bools divide as integers."""
+    return (x,) if x.dtype.is_floating_point else (x[x != 0],)
+
+
+def shift_amounts(a, b):
+    """Shift amounts from -2 to 70 (every in-range amount and past each width), each with every a."""
+    if a.dtype.is_floating_point:
+        return a, b
+    v = vec(a.dtype)
+    n = torch.arange(-2, 71 if a.dtype != torch.uint8 else 9)
+    if a.dtype == torch.uint8:
+        n = n.clamp(min=0)
+    return v.repeat_interleave(len(n)), n.repeat(len(v)).to(a.dtype)
+
+
+def lcm_domain(a, b):
+    """CPU eager's gcd(iinfo.min, odd) is -1 for int32/int64 (|min| overflows), and its lcm then
+    divides min by -1: SIGFPE. Such pairs are left out."""
+    if a.dtype in (torch.int32, torch.int64):
+        keep = ~((a == torch.iinfo(a.dtype).min) & (torch.gcd(a, b) == -1))
+        return a[keep], b[keep]
+    return a, b
+
+
+def small_q(x, q):
+    """Hurwitz zeta's q: CPU's direct sum runs until q + k > 9, for each element (a q of -1e30 that
+    is not an integer would take ~1e30 steps on both sides)."""
+    if not x.dtype.is_floating_point:
+        return x, q
+    keep = ~((q < -1000) & (q != q.floor()))
+    return x[keep], q[keep]
+
+
+op("signbit", torch.signbit, "unary", "signbit", exact=True)
+op("copysign", torch.copysign, "binary", "copysign.Tensor", exact=True)
+op("copysign_scalar", lambda x, s: torch.copysign(x, s), "scalar", "copysign.Tensor", exact=True)
+op("heaviside", torch.heaviside, "binary", "heaviside", exact=True)
+op("nextafter", torch.nextafter, "binary", "nextafter", exact=True)
+op("frexp", torch.frexp, "unary", "frexp.Tensor", exact=True)
+op("fmax", torch.fmax, "binary", "fmax", exact=True, signed_zeros=False)
+op("fmin", torch.fmin, "binary", "fmin", exact=True, signed_zeros=False)
+op("floor_divide", torch.floor_divide, "binary", "floor_divide", domain=nonzero_divisor)
+op("floor_divide_scalar", lambda x: (x // 3, x // -2, x // 0.5, aten.floor_divide.Scalar(x, 7)), "unary",
+   "floor_divide")
+op("remainder_scalar_tensor", lambda x: (torch.remainder(5, x), torch.remainder(-2.5, x)), "unary",
+   "remainder.Scalar_Tensor", domain=nonzero_ints)
+# max(a, b) + log1p(exp(-|a - b|)) cancels for negative results: ulps of max(a, b).
+op("logaddexp", torch.logaddexp, "binary", "logaddexp", tol=2, scale=lambda a, b: torch.maximum(a, b))
+op("logaddexp2", torch.logaddexp2, "binary", "logaddexp2", tol=2, scale=lambda a, b: torch.maximum(a, b))
+op("xlogy", torch.xlogy, "binary", "xlogy.Tensor", tol=2)
+op("xlogy_scalar", lambda x, s: torch.xlogy(s, x), "scalar", "xlogy.Tensor", tol=2)
+op("xlog1py", torch.special.xlog1py, "binary", "special_xlog1py", tol=2)
+op("sinc", torch.sinc, "unary", "sinc", tol=2)
+op("round_decimals", lambda x: (torch.round(x, decimals=2), torch.round(x, decimals=-1)), "unary",
+   "round.decimals", exact=True)
+op("hypot", torch.hypot, "binary", "hypot", tol=1)
+op("logit", lambda x: (torch.logit(x), torch.logit(x, 0.25)), "unary", "logit", tol=2)
+op("logit_backward", lambda g, x: (aten.logit_backward(g, x), aten.logit_backward(g, x, 0.25)), "binary",
+   "logit_backward", tol=2)
+op("gcd", torch.gcd, "binary", "gcd", exact=True)
+op("lcm", torch.lcm, "binary", "lcm", exact=True, domain=lcm_domain)
+op("lshift", lambda a, b: (a << b, torch.bitwise_left_shift(a, b)), "binary",
+   ["__lshift__.Tensor", "bitwise_left_shift.Tensor"], exact=True, domain=shift_amounts)
+op("rshift", lambda a, b: (a >> b, torch.bitwise_right_shift(a, b)), "binary",
+   ["__rshift__.Tensor", "bitwise_right_shift.Tensor"], exact=True, domain=shift_amounts)
+op("shift_scalar", lambda x: (x << 3, x >> 3, x << 70, x >> 70), "unary", ["__lshift__.Scalar", "__rshift__.Scalar"],
+   exact=True)
+op("erfc", torch.erfc, "unary", "erfc", tol=4)
+op("erfcx", torch.special.erfcx, "unary", "special_erfcx", tol=4)
+op("ndtri", torch.special.ndtri, "unary", "special_ndtri", tol=4)
+op("entr", torch.special.entr, "unary", "special_entr", tol=2)
+op("zeta", torch.special.zeta, "binary", "special_zeta", tol=8, domain=small_q)
+for _n in range(4):
+    op(f"polygamma_{_n}", lambda x, n=_n: torch.polygamma(n, x), "unary", "polygamma", tol=8, atol_eps=8)
+op("i0", torch.i0, "unary", "i0", tol=4)
+op("i0e", torch.special.i0e, "unary", "special_i0e", tol=4)
+op("i1", torch.special.i1, "unary", "special_i1", tol=4)
+op("i1e", torch.special.i1e, "unary", "special_i1e", tol=4)
+
+
 OPS_BY_NAME = {o.name: o for o in OPS}
 assert len(OPS_BY_NAME) == len(OPS)
 
@@ -672,7 +755,7 @@ def assert_same(actual, expected, o, what, more=(), scale=None):
 
 def inputs_for(o, dtype):
     if o.kind == "unary":
-        return [vec(dtype)]
+        return list(o.domain(vec(dtype))) if o.domain else [vec(dtype)]
     if o.kind == "binary":
         a, b = cartesian(dtype)
         if o.domain:

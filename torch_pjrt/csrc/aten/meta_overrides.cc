@@ -7,6 +7,7 @@
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/result_type.h>
 #include <ATen/ops/upsample_bicubic2d.h>
 #include <ATen/ops/upsample_bilinear2d.h>
 
@@ -82,6 +83,16 @@ void UpdatedListsMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) 
   }
 }
 
+// __lshift__.Scalar / __rshift__.Scalar(self, other): torch's Meta kernel rejects a bool self,
+// which its CPU kernel shifts as the promoted integer type (True << 3 is 8, int64).
+void ShiftScalarMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& self = a[0].toTensor();
+  at::ScalarType t = at::result_type(self, a[1].toScalar());
+  TORCH_CHECK(at::isIntegralType(t, /*includeBool=*/false), "shift: Expected input tensor to have an integral dtype. Got ",
+              self.scalar_type());
+  results->push_back(at::empty_like(self, self.options().dtype(t)));
+}
+
 // fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices): torch has
 // no Meta kernel; the gradient has self's shape.
 void FractionalMaxPool3dBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
@@ -112,6 +123,8 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::_fused_sgd", &UpdatedListsMeta<3>},
       {"aten::_fused_sgd.tensor_lr", &UpdatedListsMeta<3>},
       {"aten::_fused_adagrad", &UpdatedListsMeta<4>},
+      {"aten::__lshift__.Scalar", &ShiftScalarMeta},
+      {"aten::__rshift__.Scalar", &ShiftScalarMeta},
       {"aten::fractional_max_pool3d_backward", &FractionalMaxPool3dBackwardMeta},
       {"aten::upsample_bilinear2d", &Upsample2dMeta<&at::upsample_bilinear2d>},
       {"aten::upsample_bicubic2d", &Upsample2dMeta<&at::upsample_bicubic2d>},

@@ -209,6 +209,7 @@ const TableData& Data() {
     RegisterSortingOps(r);
     RegisterScanOps(r);
     RegisterScatterReduceOps(r);
+    RegisterSpecialOps(r);
     RegisterComplexOps(r);  // after the ops it wraps
     RegisterForeachOps(r);  // last: it pairs with ops registered before it
     auto* d = new TableData();

@@ -1,0 +1,248 @@
+"""The pointwise ops and special functions of lowering/special.cc against CPU eager: every dtype
+the CPU kernel takes, non-contiguous inputs, 0-d and 0-size tensors, NaN/inf, Python scalars,
+in-place and out= variants, and gradients. Each check asserts the op ran through its lowering (no
+CPU fallback, and `torch.pjrt.metrics.lowered()` counts the schema). Extremal values of every
+dtype are in tests/test_extremal.py."""
+import pytest
+import torch
+
+aten = torch.ops.aten
+
+NAN, INF = float("nan"), float("inf")
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+
+
+def tol(dtype):
+    if dtype == torch.bfloat16:
+        return dict(rtol=1e-2, atol=1e-2)
+    if dtype == torch.float16:
+        return dict(rtol=2e-3, atol=1e-3)
+    if dtype == torch.float64:
+        return dict(rtol=1e-12, atol=1e-12)
+    return dict(rtol=1e-5, atol=1e-6)
+
+
+def make(shape, dtype, low=-3.0, high=3.0, seed=0, special=True):
+    """Random values; floats also get NaN, +-inf, +-0.0 and integers (where ops switch formulas)."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if not dtype.is_floating_point:
+        lo = 0 if dtype == torch.uint8 else int(low) - 5
+        return torch.randint(lo, int(high) + 6, shape, generator=g).to(dtype)
+    x = torch.rand(shape, generator=g, dtype=torch.float64) * (high - low) + low
+    flat = x.view(-1)
+    if special and flat.numel() >= 12:
+        flat[:8] = torch.tensor([NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 2.0], dtype=torch.float64)
+        flat[8:12] = flat[8:12].round()
+    return x.to(dtype)
+
+
+def _to(x, device):
+    return torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, x)
+
+
+def check(fn, args, schemas, dtype=torch.float32, exact=False, **kw):
+    """fn(*args) on CPU and on pjrt: equal results (exactly for exact ops and integer results),
+    no fallback, and every schema in `schemas` ran through its lowering."""
+    expected = fn(*args)
+    torch.pjrt.metrics.reset()
+    actual = _to(fn(*_to(args, "pjrt")), "cpu")
+    fallbacks, lowered = torch.pjrt.metrics.fallbacks(), torch.pjrt.metrics.lowered()
+    assert fallbacks == {}, f"fell back to the CPU: {fallbacks}"
+    for s in [schemas] if isinstance(schemas, str) else schemas:
+        assert lowered.get(s, 0) > 0, f"{s} did not run through its lowering: {lowered}"
+    t = dict(rtol=0, atol=0) if exact else dict(tol(dtype), **kw)
+    torch.testing.assert_close(actual, expected, equal_nan=True, **t)
+    return actual
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quiet():
+    torch.pjrt.set_fallback_warnings(False)
+    yield
+    torch.pjrt.set_fallback_warnings(True)
+
+
+# ---------------------------------------------------------------------------------- unary
+
+UNARY = {
+    # name: (fn, schema, dtypes, exact, make kwargs)
+    "signbit": (torch.signbit, "signbit", FLOATS + INTS + [torch.bool], True, {}),
+    "sgn": (torch.sgn, "sgn", FLOATS + INTS + [torch.bool], True, {}),
+    "frexp": (torch.frexp, "frexp.Tensor", FLOATS, True, {}),
+    "sinc": (torch.sinc, "sinc", FLOATS + [torch.int64, torch.bool], False, {}),
+    "round_decimals": (lambda x: (torch.round(x, decimals=3), torch.round(x, decimals=-1)), "round.decimals",
+                       FLOATS, False, dict(low=-300.0, high=300.0)),
+    "logit": (lambda x: (torch.logit(x), torch.logit(x, eps=0.1)), "logit", FLOATS + [torch.int64], False,
+              dict(low=-0.2, high=1.2)),
+    "angle": (torch.angle, "angle", FLOATS + INTS + [torch.bool], True, {}),
+    "erfc": (torch.erfc, "erfc", FLOATS + [torch.int32], False, {}),
+    "erfcx": (torch.special.erfcx, "special_erfcx", [torch.float32, torch.float64, torch.int64], False,
+              dict(low=-10.0, high=30.0)),
+    "ndtri": (torch.special.ndtri, "special_ndtri", [torch.float32, torch.float64], False,
+              dict(low=-0.1, high=1.1)),
+    "entr": (torch.special.entr, "special_entr", FLOATS + [torch.int16], False, {}),
+    "i0": (torch.i0, "i0", FLOATS + [torch.int64], False, dict(low=-20.0, high=20.0)),
+    "i0e": (torch.special.i0e, "special_i0e", FLOATS + [torch.uint8], False, dict(low=-20.0, high=20.0)),
+    "i1": (torch.special.i1, "special_i1", FLOATS + [torch.int8], False, dict(low=-20.0, high=20.0)),
+    "i1e": (torch.special.i1e, "special_i1e", FLOATS + [torch.int32], False, dict(low=-20.0, high=20.0)),
+    "polygamma": (lambda x: [torch.polygamma(n, x) for n in range(4)], "polygamma",
+                  [torch.float32, torch.float64, torch.bfloat16, torch.int64], False, dict(low=-4.0, high=6.0)),
+    "shift_scalar": (lambda x: (x << 3, x >> 2, x << 70, x >> 70), ["__lshift__.Scalar", "__rshift__.Scalar"],
+                     INTS + [torch.bool], True, {}),
+    "floor_divide_scalar": (lambda x: (x // 3, x // -2.5, aten.floor_divide.Scalar(x, 7)),
+                            "floor_divide", FLOATS + INTS, False, {}),
+    "remainder_scalar": (lambda x: (torch.remainder(7, x), torch.remainder(-2.5, x)), "remainder.Scalar_Tensor",
+                         FLOATS, False, {}),
+}
+
+
+def unary_params():
+    return [pytest.param(n, d, id=f"{n}-{str(d)[6:]}") for n, (_, _, ds, _, _) in UNARY.items() for d in ds]
+
+
+@pytest.mark.parametrize("name,dtype", unary_params())
+def test_unary(name, dtype):
+    fn, schema, _, exact, kw = UNARY[name]
+    # Non-contiguous (a transpose), 0-d and 0-size.
+    for x in [make((5, 6), dtype, **kw).t(), make((), dtype, special=False, **kw), make((0, 3), dtype, **kw)]:
+        check(fn, [x], schema, dtype, exact=exact)
+
+
+# ---------------------------------------------------------------------------------- binary
+
+BINARY = {
+    "copysign": (torch.copysign, "copysign.Tensor", FLOATS + [torch.int32, torch.bool], True),
+    "heaviside": (torch.heaviside, "heaviside", FLOATS + INTS + [torch.bool], True),
+    "nextafter": (torch.nextafter, "nextafter", [torch.float32, torch.float64, torch.bfloat16], True),
+    "fmax": (torch.fmax, "fmax", FLOATS + INTS + [torch.bool], True),
+    "fmin": (torch.fmin, "fmin", FLOATS + INTS + [torch.bool], True),
+    "floor_divide": (torch.floor_divide, "floor_divide", FLOATS + INTS, False),
+    "logaddexp": (torch.logaddexp, "logaddexp", FLOATS, False),
+    "logaddexp2": (torch.logaddexp2, "logaddexp2", FLOATS, False),
+    "xlogy": (torch.xlogy, "xlogy.Tensor", FLOATS + [torch.int64, torch.bool], False),
+    "xlog1py": (torch.special.xlog1py, "special_xlog1py", FLOATS + [torch.int32], False),
+    "hypot": (torch.hypot, "hypot", FLOATS, False),
+    "logit_backward": (lambda g, x: aten.logit_backward(g, x.sigmoid(), 0.2), "logit_backward", FLOATS, False),
+    "gcd": (torch.gcd, "gcd", INTS, True),
+    "lcm": (torch.lcm, "lcm", INTS, True),
+    "lshift": (lambda a, b: (a << b, torch.bitwise_left_shift(a, b)), ["__lshift__.Tensor", "bitwise_left_shift.Tensor"],
+               INTS, True),
+    "rshift": (lambda a, b: (a >> b, torch.bitwise_right_shift(a, b)),
+               ["__rshift__.Tensor", "bitwise_right_shift.Tensor"], INTS, True),
+    "zeta": (lambda x, q: torch.special.zeta(x.abs() + 1, q), "special_zeta", [torch.float32, torch.float64], False),
+}
+
+
+def binary_params():
+    return [pytest.param(n, d, id=f"{n}-{str(d)[6:]}") for n, (_, _, ds, _) in BINARY.items() for d in ds]
+
+
+@pytest.mark.parametrize("name,dtype", binary_params())
+def test_binary(name, dtype):
+    fn, schema, _, exact = BINARY[name]
+    a = make((6, 5), dtype, seed=1).t()  # non-contiguous
+    b = make((5, 6), dtype, seed=2)
+    if not dtype.is_floating_point and name in ("floor_divide",):
+        b = torch.where(b == 0, torch.ones_like(b), b)
+    if name in ("lshift", "rshift") and dtype != torch.uint8:
+        b = b.abs() % 12 - 2  # negative and in-range amounts
+    check(fn, [a, b], schema, dtype, exact=exact)
+    # Broadcasting against a row and a 0-d tensor.
+    check(fn, [a, b[:1]], schema, dtype, exact=exact)
+    check(fn, [a, b[0, 1]], schema, dtype, exact=exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.float64])
+def test_mixed_dtypes_and_python_scalars(dtype):
+    a = make((4, 5), dtype, seed=3)
+    other = torch.float16 if dtype.is_floating_point else torch.int8
+    b = make((4, 5), other, seed=4)
+    check(torch.fmax, [a, b], "fmax", dtype, exact=True)
+    check(torch.floor_divide, [a, torch.where(b == 0, torch.ones_like(b), b)], "floor_divide", dtype)
+    check(lambda x: torch.copysign(x, -2), [a], "copysign.Tensor", dtype, exact=True)
+    check(lambda x: torch.xlogy(x, 2.5), [a], "xlogy.Tensor", dtype)
+    check(lambda x: torch.xlogy(3, x), [a], "xlogy.Tensor", dtype)
+    if dtype.is_floating_point:
+        check(torch.hypot, [a, torch.tensor(2.0, dtype=torch.float64)], "hypot", dtype)
+        check(torch.nextafter, [a, torch.tensor(INF, dtype=dtype)], "nextafter", dtype, exact=True)
+    else:
+        check(lambda x, six, y: (torch.gcd(x, six), torch.lcm(x, y)),
+              [a, torch.tensor(6, dtype=torch.int64), b.to(dtype)], ["gcd", "lcm"], dtype, exact=True)
+
+
+# ---------------------------------------------------------------------------------- variants
+
+def test_inplace_and_out_variants():
+    a, b = make((4, 5), torch.float32, seed=5), make((4, 5), torch.float32, seed=6)
+    i, j = make((4, 5), torch.int32, seed=7), make((4, 5), torch.int32, seed=8)
+
+    def inplace(a, b, i, j):
+        x, y = a.clone(), i.clone()
+        x.copysign_(b).heaviside_(b.flip(0))
+        x.hypot_(b)
+        y.gcd_(j)
+        y <<= 2
+        y.bitwise_right_shift_(j.abs() % 5)
+        z = a.clone().floor_divide_(b.abs() + 1)
+        w = a.sigmoid().logit_(0.1)
+        v = a.clone().xlogy_(b.abs())
+        return x, y, z, w, v
+
+    check(inplace, [a, b, i, j], ["copysign.Tensor", "heaviside", "hypot", "gcd", "__lshift__.Scalar",
+                                  "bitwise_right_shift.Tensor", "floor_divide", "logit", "xlogy.Tensor"])
+
+    def out(a, b, i, j):
+        o1, o2 = torch.empty_like(a), torch.empty_like(i)
+        torch.logaddexp(a, b, out=o1)
+        torch.lcm(i, j, out=o2)
+        o3 = torch.empty(0, dtype=torch.float32, device=a.device)  # resized by the out= call
+        torch.special.i0e(a, out=o3)
+        m, e = torch.empty_like(a), torch.empty_like(a, dtype=torch.int32)
+        torch.frexp(a, out=(m, e))
+        return o1, o2, o3, m, e
+
+    check(out, [a, b, i, j], ["logaddexp", "lcm", "special_i0e", "frexp.Tensor"])
+
+
+def test_type_errors():
+    """Dtypes CPU refuses: float shifts and integer frexp raise at the call (Meta kernels); float gcd
+    (NotImplementedError on CPU) raises when the graph is lowered, at the sync."""
+    with pytest.raises(RuntimeError):
+        torch.gcd(torch.ones(3, device="pjrt"), torch.ones(3, device="pjrt")).cpu()
+    with pytest.raises(RuntimeError):
+        torch.tensor([1.5], device="pjrt") << 2
+    with pytest.raises(RuntimeError):
+        torch.frexp(torch.ones(3, dtype=torch.int32, device="pjrt"))
+
+
+# ---------------------------------------------------------------------------------- gradients
+
+GRADS = {
+    "logit": (lambda x: torch.logit(x, 0.05), "logit_backward", dict(low=0.01, high=0.99)),
+    "sinc": (torch.sinc, "sinc", {}),
+    "hypot": (lambda x: torch.hypot(x, x.flip(0) + 0.5), "hypot", {}),
+    "logaddexp": (lambda x: torch.logaddexp(x, x.flip(0)), "logaddexp", {}),
+    "xlogy": (lambda x: torch.xlogy(x, x.abs() + 0.1), "xlogy.Tensor", {}),
+    "erfc": (torch.erfc, "erfc", {}),
+    "i0": (torch.i0, "special_i1", dict(low=-5.0, high=5.0)),
+    "polygamma": (lambda x: torch.polygamma(1, x), "polygamma", dict(low=0.5, high=4.0)),
+    "erfcx": (torch.special.erfcx, "special_erfcx", {}),
+    "copysign": (lambda x: torch.copysign(x, x.flip(0)), "copysign.Tensor", {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRADS))
+def test_gradients(name):
+    fn, schema, kw = GRADS[name]
+    x = make((12,), torch.float64, seed=9, special=False, **kw)
+
+    def grad(x):
+        x = x.detach().requires_grad_()
+        y = fn(x)
+        g = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).to(y.device).view_as(y)
+        return torch.autograd.grad(y, x, g)[0]
+
+    check(grad, [x], schema, torch.float64)
