@@ -24,6 +24,8 @@ def _register():
 
     import torch
 
+    if _registered:  # importing torch autoloaded us, which registered (`import torch_pjrt` first)
+        return
     from . import _C
     from . import device_module
     from .backends import registry
