@@ -1,5 +1,5 @@
-// Neural-network ops: convolution (any rank, grouped, transposed) and its gradients, 2-d average
-// pooling (max and adaptive pooling: pooling.cc), batch/layer/group norm, and losses (nll, mse),
+// Neural-network ops: convolution (any rank, grouped, transposed) and its gradients
+// (pooling: pooling.cc), batch/layer/group norm, and losses (nll, mse),
 // with their backward formulas.
 // Convolution gradients follow the standard XLA formulation (the one JAX uses): the input
 // gradient is a convolution of the output gradient with the spatially reversed kernel, the
@@ -176,123 +176,6 @@ std::vector<Val> LowerConvolutionBackward(LowerCtx& c) {
     out[2] = SumDims(c.e, g, dims, Opmath(c.out(2).dtype));
   }
   return out;
-}
-
-// ------------------------------------------------------------ pooling
-
-// Windowed reduction geometry for the trailing `n` dims of a [..., spatial] input.
-struct Window {
-  Dims window, strides, dilation;
-  Pads padding;
-};
-
-Window PoolWindow(LowerCtx& c, const Val& x, size_t n, const Dims& kernel, const Dims& stride,
-                  const Dims& padding, const Dims& dilation, const Dims& out_spatial) {
-  Window w;
-  size_t lead = static_cast<size_t>(x.rank()) - n;
-  for (size_t i = 0; i < lead; ++i) {
-    w.window.push_back(1);
-    w.strides.push_back(1);
-    w.dilation.push_back(1);
-    w.padding.push_back({0, 0});
-  }
-  for (size_t i = 0; i < n; ++i) {
-    int64_t k = kernel[i], s = stride.empty() ? k : stride[i], pad = padding[i], d = dilation[i];
-    int64_t in = x.dims()[lead + i];
-    // Enough high padding for the output size torch computed (covers ceil_mode).
-    int64_t needed = (out_spatial[i] - 1) * s + Dilated(k, d);
-    int64_t hi = std::max<int64_t>(pad, needed - in - pad);
-    w.window.push_back(k);
-    w.strides.push_back(s);
-    w.dilation.push_back(d);
-    w.padding.push_back({pad, hi});
-  }
-  return w;
-}
-
-Dims TrailingDims(const Dims& d, size_t n) { return Dims(d.end() - n, d.end()); }
-
-// Padding of the output gradient so that a stride-1 windowed sum produces the input gradient.
-Pads TransposedWindowPadding(const Dims& in, const Dims& window, const Dims& strides,
-                             const Dims& out, const Pads& padding, const Dims& dilation) {
-  Pads pads;
-  for (size_t i = 0; i < in.size(); ++i) {
-    int64_t k = Dilated(window[i], dilation[i]);
-    int64_t before = k - padding[i].first - 1;
-    int64_t after = in[i] + k - 1 - Dilated(out[i], strides[i]) - before;
-    pads.push_back({before, after});
-  }
-  return pads;
-}
-
-// Element counts each pooling window divides by (torch's avg_pool2d rules).
-Val AvgPoolDivisor(LowerCtx& c, const Val& x, size_t n, const Window& w, const Dims& padding,
-                   bool count_include_pad, ElementType t) {
-  Dims plane = TrailingDims(x.dims(), n);
-  Val ones = c.e.Full(1, TensorType{t, plane});
-  Dims kw = TrailingDims(w.window, n), ks = TrailingDims(w.strides, n), kd(n, 1);
-  Pads pads(w.padding.end() - n, w.padding.end());
-  if (count_include_pad) {
-    // Explicit padding counts; the extra high padding added by ceil_mode does not.
-    Dims p(padding.begin(), padding.end());
-    ones = c.e.Pad(ones, c.e.Scalar(1, t), p, p, Dims(n, 0));
-    for (size_t i = 0; i < n; ++i) pads[i] = {0, pads[i].second - padding[i]};
-  }
-  auto add = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("add", a[0], a[1])}; };
-  return c.e.ReduceWindow({ones}, {c.e.Scalar(0, t)}, kw, ks, Dims(n, 1), kd, pads, add)[0];
-}
-
-// avg_pool2d(self, kernel_size, stride=[], padding=0, ceil_mode=False, count_include_pad=True,
-//            divisor_override=None)
-std::vector<Val> LowerAvgPool2d(LowerCtx& c) {
-  Val x = c.tensor(0);
-  constexpr size_t n = 2;
-  Dims kernel = Expand(c.int_list(1), n, 1);
-  Dims stride = c.int_list(2);
-  stride = stride.empty() ? kernel : Expand(stride, n, 1);
-  Dims padding = Expand(c.int_list(3), n, 0);
-  Window w = PoolWindow(c, x, n, kernel, stride, padding, Dims(n, 1), TrailingDims(c.out().dims, n));
-  ElementType acc = Opmath(c.out().dtype);
-  auto add = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("add", a[0], a[1])}; };
-  Val sum = c.e.ReduceWindow({c.e.Convert(x, acc)}, {c.e.Scalar(0, acc)}, w.window, w.strides,
-                             Dims(x.rank(), 1), w.dilation, w.padding, add)[0];
-  Val divisor;
-  if (!c.is_none(6)) {
-    divisor = c.e.Full(static_cast<double>(c.int_arg(6)), sum.type);
-  } else {
-    divisor = c.e.BroadcastTo(AvgPoolDivisor(c, x, n, w, padding, c.bool_arg(5), acc), sum.dims());
-  }
-  return {c.e.Convert(c.e.Binary("divide", sum, divisor), c.out().dtype)};
-}
-
-// avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
-//                     count_include_pad, divisor_override)
-std::vector<Val> LowerAvgPool2dBackward(LowerCtx& c) {
-  Val g = c.tensor(0), x = c.tensor(1);
-  constexpr size_t n = 2;
-  Dims kernel = Expand(c.int_list(2), n, 1);
-  Dims stride = c.int_list(3);
-  stride = stride.empty() ? kernel : Expand(stride, n, 1);
-  Dims padding = Expand(c.int_list(4), n, 0);
-  Window w = PoolWindow(c, x, n, kernel, stride, padding, Dims(n, 1), TrailingDims(g.dims(), n));
-  ElementType acc = Opmath(c.out().dtype);
-  Val gc = c.e.Convert(g, acc);
-  Val divisor = !c.is_none(7) ? c.e.Full(static_cast<double>(c.int_arg(7)), gc.type)
-                              : c.e.BroadcastTo(AvgPoolDivisor(c, x, n, w, padding, c.bool_arg(6), acc), gc.dims());
-  Val scaled = c.e.Binary("divide", gc, divisor);
-  Pads pads = TransposedWindowPadding(x.dims(), w.window, w.strides, g.dims(), w.padding, w.dilation);
-  Dims lo, hi, interior;
-  for (size_t i = 0; i < pads.size(); ++i) {
-    lo.push_back(pads[i].first);
-    hi.push_back(pads[i].second);
-    interior.push_back(w.strides[i] - 1);
-  }
-  Val padded = c.e.Pad(scaled, c.e.Scalar(0, acc), lo, hi, interior);
-  auto add = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("add", a[0], a[1])}; };
-  Dims ones(x.rank(), 1);
-  Pads none(x.rank(), {0, 0});
-  Val grad = c.e.ReduceWindow({padded}, {c.e.Scalar(0, acc)}, w.window, ones, ones, ones, none, add)[0];
-  return {c.e.Convert(grad, c.out().dtype)};
 }
 
 // ------------------------------------------------------------ normalization
@@ -690,8 +573,6 @@ void RegisterNNOps(Registry& r) {
   // its own: aten::convolution has the same arguments and computes the same shapes.
   r.Add("convolution_overrideable", LowerConvolution).meta_op = "convolution";
   r.Add("convolution_backward_overrideable", LowerConvolutionBackward);
-  r.Add("avg_pool2d", LowerAvgPool2d);
-  r.Add("avg_pool2d_backward", LowerAvgPool2dBackward);
   // native_batch_norm updates running_mean/var in place without saying so in its schema.
   r.Add("native_batch_norm", LowerNativeBatchNorm).extra_mutations = {3, 4};
   r.Add("_native_batch_norm_legit", LowerBatchNormLegit);

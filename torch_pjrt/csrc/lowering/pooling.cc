@@ -305,7 +305,7 @@ Val AvgPoolDivisor(Emitter& e, const Val& x, size_t n, const Window& w, const Di
   return e.ReduceWindow({ones}, {e.Scalar(0, t)}, kw, ks, Dims(n, 1), kd, pads, AddBody)[0];
 }
 
-// avg_pool3d(self, kernel_size, stride=[], padding=0, ceil_mode=False, count_include_pad=True,
+// avg_pool2d / avg_pool3d(self, kernel_size, stride=[], padding=0, ceil_mode=False, count_include_pad=True,
 //            divisor_override=None)
 template <int n>
 std::vector<Val> LowerAvgPool(LowerCtx& c) {
@@ -321,7 +321,7 @@ std::vector<Val> LowerAvgPool(LowerCtx& c) {
   return {c.e.Convert(c.e.Binary("divide", sum, divisor), c.out().dtype)};
 }
 
-// avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+// avg_pool2d_backward / avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
 //                     count_include_pad, divisor_override)
 template <int n>
 std::vector<Val> LowerAvgPoolBackward(LowerCtx& c) {
@@ -588,6 +588,8 @@ void RegisterPoolingOps(Registry& r) {
   r.Add("max_pool2d_with_indices_backward", LowerMaxPoolBackward<2>);
   r.Add("max_pool3d_with_indices", LowerMaxPool<3>);
   r.Add("max_pool3d_with_indices_backward", LowerMaxPoolBackward<3>);
+  r.Add("avg_pool2d", LowerAvgPool<2>);
+  r.Add("avg_pool2d_backward", LowerAvgPoolBackward<2>);
   r.Add("avg_pool3d", LowerAvgPool<3>);
   r.Add("avg_pool3d_backward", LowerAvgPoolBackward<3>);
   // _adaptive_avg_pool2d moved here from nn.cc, where it was two matmuls with averaging
