@@ -10,6 +10,7 @@
 #include <functional>
 #include <unordered_map>
 
+#include "aten/ivalue_map.h"
 #include "aten/lazy_tensor.h"
 
 namespace torch_pjrt::aten {
@@ -38,21 +39,7 @@ at::Tensor EmptyOut(const at::Tensor& t) {
 }
 
 c10::IValue StandInIValue(const c10::IValue& iv, bool is_out) {
-  if (iv.isTensor()) return is_out ? EmptyOut(iv.toTensor()) : StandIn(iv.toTensor());
-  if (iv.isTensorList()) {
-    c10::List<at::Tensor> list;
-    for (const at::Tensor& t : iv.toTensorList()) list.push_back(is_out ? EmptyOut(t) : StandIn(t));
-    return list;
-  }
-  if (iv.isList() && iv.toListRef().size() > 0 && iv.toListRef()[0].isTensor() + iv.toListRef()[0].isNone()) {
-    c10::List<std::optional<at::Tensor>> list;
-    for (const c10::IValue& e : iv.toListRef()) {
-      list.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(StandIn(e.toTensor())));
-    }
-    return list;
-  }
-  if (iv.isDevice()) return c10::Device(c10::kCPU);
-  return iv;
+  return MapTensors(iv, is_out ? EmptyOut : StandIn, c10::Device(c10::kCPU));
 }
 
 bool HasPjrtTensor(c10::ArrayRef<c10::IValue> args) {

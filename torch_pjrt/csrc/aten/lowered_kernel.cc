@@ -20,6 +20,7 @@
 #include "aten/cpu_probe.h"
 #include "aten/dynamic_shape.h"
 #include "aten/fallback.h"
+#include "aten/ivalue_map.h"
 #include "aten/lazy_tensor.h"
 #include "aten/meta_overrides.h"
 #include "aten/lowered_kernel.h"
@@ -136,23 +137,7 @@ at::Tensor ToMeta(const at::Tensor& t) {
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
 }
 
-c10::IValue ToMetaIValue(const c10::IValue& iv) {
-  if (iv.isTensor()) return ToMeta(iv.toTensor());
-  if (iv.isTensorList()) {
-    c10::List<at::Tensor> list;
-    for (const at::Tensor& t : iv.toTensorList()) list.push_back(ToMeta(t));
-    return list;
-  }
-  if (iv.isList() && iv.toListRef().size() > 0 && iv.toListRef()[0].isTensor() + iv.toListRef()[0].isNone()) {
-    c10::List<std::optional<at::Tensor>> list;
-    for (const c10::IValue& e : iv.toListRef()) {
-      list.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(ToMeta(e.toTensor())));
-    }
-    return list;
-  }
-  if (iv.isDevice()) return c10::Device(c10::kMeta);
-  return iv;
-}
+c10::IValue ToMetaIValue(const c10::IValue& iv) { return MapTensors(iv, ToMeta, c10::Device(c10::kMeta)); }
 
 OutSpec SpecOf(const at::Tensor& t) {
   if (!t.defined()) return OutSpec{false, c10::ScalarType::Float, {}, {}};
