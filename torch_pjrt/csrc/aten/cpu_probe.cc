@@ -141,17 +141,25 @@ bool PartlyOverlap(const at::Tensor& a, const at::Tensor& b) {
   return a_begin < b_end && b_begin < a_end;
 }
 
+// Linear in the number of tensors (a _foreach_ op writes hundreds): only tensors on a storage
+// some written tensor uses are compared with it.
 bool WritesOverlap(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  std::unordered_map<const c10::StorageImpl*, std::vector<at::Tensor>> written;
   for (const at::Tensor& w : WrittenTensors(sig, args)) {
     if (!IsPjrt(w)) continue;
     if (at::has_internal_overlap(w) == at::MemOverlap::Yes) return true;
-    bool partial = false;
-    for (size_t i = 0; i < sig.num_functional_args && !partial; ++i) {
-      ForEachTensor(args[i], [&](const at::Tensor& t) { partial = partial || PartlyOverlap(w, t); });
-    }
-    if (partial) return true;
+    written[w.storage().unsafeGetStorageImpl()].push_back(w);
   }
-  return false;
+  bool partial = false;
+  for (size_t i = 0; i < sig.num_functional_args && !partial && !written.empty(); ++i) {
+    ForEachTensor(args[i], [&](const at::Tensor& t) {
+      if (partial || !t.has_storage()) return;
+      auto it = written.find(t.storage().unsafeGetStorageImpl());
+      if (it == written.end()) return;
+      for (const at::Tensor& w : it->second) partial = partial || PartlyOverlap(w, t);
+    });
+  }
+  return partial;
 }
 
 // CPU zeros with the pjrt arguments' storage sharing and layouts; null when they cannot be
