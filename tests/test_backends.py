@@ -113,7 +113,7 @@ def test_candidate_config_carries_options_and_capabilities(fake_entry_points, mo
     candidate = registry.candidate_config(0)
     assert candidate["library_path"] == "/nonexistent/libgood.so"
     assert candidate["capabilities"] == {"supported_dtypes": "float32,int32", "unsupported_dtype_policy": "error",
-                                         "dense_gather": "0", "fast_transposed_matmul": "1", "amp_dtypes": "bfloat16,float16"}
+                                         "dense_gather": "0", "fast_transposed_matmul": "1", "nan_propagating_min_max": "1", "amp_dtypes": "bfloat16,float16"}
     assert candidate["strict"] is False
     assert registry.candidate_config(1) is None
 
@@ -197,7 +197,7 @@ def test_invalid_capabilities_name_the_plugin():
     assert base.capability_strings("x", {"supported_dtypes": [torch.double, "torch.float"],
                                          "default_matmul_precision": "high"}) == {
         "supported_dtypes": "float32,float64", "unsupported_dtype_policy": "error",
-        "dense_gather": "1", "fast_transposed_matmul": "1", "matmul_precision": "high", "amp_dtypes": ""}
+        "dense_gather": "1", "fast_transposed_matmul": "1", "nan_propagating_min_max": "1", "matmul_precision": "high", "amp_dtypes": ""}
 
 
 def test_builtin_plugins_declare_valid_capabilities():
@@ -332,7 +332,7 @@ def test_path_plugin_with_bad_capabilities_is_reported():
 # ---------------------------------------------------------------------------------- cpu
 
 
-CPU_FLAGS = "--xla_cpu_copy_insertion_use_region_analysis=true --xla_cpu_enable_fast_min_max=false"
+CPU_FLAGS = "--xla_cpu_copy_insertion_use_region_analysis=true --xla_cpu_enable_fast_min_max=true"
 
 
 def test_cpu_plugin_sets_its_xla_flags_unless_the_user_chose(monkeypatch):
@@ -347,7 +347,7 @@ def test_cpu_plugin_sets_its_xla_flags_unless_the_user_chose(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_copy_insertion_use_region_analysis=false")
     cpu.CpuPlugin().configure_single_process()
     assert os.environ["XLA_FLAGS"] == ("--xla_cpu_copy_insertion_use_region_analysis=false "
-                                       "--xla_cpu_enable_fast_min_max=false")
+                                       "--xla_cpu_enable_fast_min_max=true")
     # Set before the client starts, where the plugin reads it.
     out = run_python("""
         import os, torch

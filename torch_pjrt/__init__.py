@@ -45,6 +45,7 @@ def _register():
     # selected plugin's first AMP dtype replaces it when the device starts, if it differs.
     torch.set_autocast_dtype("pjrt", torch.bfloat16)
     _print_through_cpu()
+    _launch_after_optimizer_steps()
     atexit.register(device_module._shutdown)
     _registered = True
 
@@ -82,6 +83,25 @@ def _print_through_cpu():
 
     _str._torch_pjrt = True
     tensor_str._str = _str
+
+
+def _launch_after_optimizer_steps():
+    """Ends the lazy graph at every optimizer step that updates pjrt parameters.
+
+    A training loop that does not read a value each step (logging every N steps) would otherwise
+    trace step after step into one graph until the pending-node bound cuts it at an arbitrary
+    point, and every cut graph is new: compiles instead of one cached step graph. Launching at
+    the end of ``optimizer.step()`` (asynchronously: nothing waits) keeps one execution per step.
+    """
+    def launch(optimizer, args, kwargs):
+        devices = {p.device.index for group in optimizer.param_groups for p in group["params"]
+                   if p.device.type == "pjrt"}
+        for index in devices:
+            _C._synchronize(index, "optimizer_step", False)
+
+    from . import _C
+    from torch.optim.optimizer import register_optimizer_step_post_hook  # autoload runs mid-`import torch`
+    register_optimizer_step_post_hook(launch)
 
 
 def _autoload():

@@ -95,6 +95,11 @@ class DevicePlugin:
     #: computes ``(w @ x.t()).t()`` when ``w`` is the larger operand.
     fast_transposed_matmul: bool = True
 
+    #: False when the compiler's maximum/minimum (elementwise, in reductions, windows and
+    #: scatters) may return a number where an operand is NaN. The lowering then selects the NaN
+    #: explicitly, so torch.maximum, amax, relu and max pooling still propagate it.
+    nan_propagating_min_max: bool = True
+
     #: dtypes autocast may use on this device, preferred first (the first is autocast's default).
     amp_dtypes: Tuple[str, ...] = ("bfloat16", "float16")
 
@@ -108,6 +113,7 @@ class DevicePlugin:
             "dense_gather": self.dense_gather,
             "default_matmul_precision": self.default_matmul_precision,
             "fast_transposed_matmul": self.fast_transposed_matmul,
+            "nan_propagating_min_max": self.nan_propagating_min_max,
             "amp_dtypes": [dtype_name(d) for d in self.amp_dtypes],
         }
 
@@ -148,6 +154,7 @@ def capability_strings(plugin: str, caps: Dict[str, Any]) -> Dict[str, str]:
         out["unsupported_dtype_policy"] = policy
         out["dense_gather"] = "1" if caps.get("dense_gather", True) else "0"
         out["fast_transposed_matmul"] = "1" if caps.get("fast_transposed_matmul", True) else "0"
+        out["nan_propagating_min_max"] = "1" if caps.get("nan_propagating_min_max", True) else "0"
         precision = caps.get("default_matmul_precision")
         if precision is not None:
             if precision not in _PRECISIONS:

@@ -39,11 +39,12 @@ _XLA_FLAGS = {
     # updates in place is copied first: the MLP benchmark copies its 16 MB weight each step and
     # runs ~35% slower with a higher peak RSS (docs/design.md).
     "--xla_cpu_copy_insertion_use_region_analysis": "true",
-    # StableHLO's maximum/minimum propagate NaN (IEEE-754 maximum), and so does torch. XLA:CPU's
-    # "fast" min/max (on by default in this plugin) returns whichever operand comes second when
-    # one is NaN: torch.maximum, amax, max() and max pooling then hide a diverging run's NaNs
-    # depending on argument order.
-    "--xla_cpu_enable_fast_min_max": "false",
+    # XLA:CPU's "fast" min/max (its default) returns whichever operand comes second when one is
+    # NaN, where StableHLO and torch propagate NaN. The exact form is 3-7x slower in reductions,
+    # relu and max pooling (softmax's row max over 262k floats: 1.2 ms against 0.16), so it stays
+    # fast and the plugin declares nan_propagating_min_max = False: the lowering selects NaNs
+    # explicitly (docs/design.md, XLA CPU performance notes).
+    "--xla_cpu_enable_fast_min_max": "true",
 }
 
 
@@ -53,6 +54,15 @@ def _set_xla_flags() -> None:
         if name not in flags:
             flags = (flags + " " + name + "=" + value).strip()
     os.environ["XLA_FLAGS"] = flags
+
+
+def _configure_process() -> None:
+    _set_xla_flags()
+    # Device buffers are malloc'ed host memory: keep the large blocks XLA frees after each
+    # execution in the heap for the next one (torch_pjrt/csrc/runtime/host_heap.cc says why).
+    from torch_pjrt import _C
+
+    _C._keep_freed_blocks_in_heap()
 
 
 class CpuPlugin(DevicePlugin):
@@ -94,13 +104,14 @@ class CpuPlugin(DevicePlugin):
         return 1
 
     def configure_single_process(self) -> None:
-        _set_xla_flags()
+        _configure_process()
 
     def configure_multiprocess(self, local_rank: int, local_world_size: int) -> None:
-        _set_xla_flags()
+        _configure_process()
 
     # float64 and int64 run natively; the XLA CPU compiler handles every dtype pjrt supports.
     amp_dtypes = ("bfloat16", "float16")
     # XLA:CPU (xla-cpu-pjrt 0.0.1) runs 128x2048 @ (2048x2048).t() in ~22 ms but the same
     # product computed as (w @ x.t()).t() in ~7.5 ms (docs/design.md, XLA CPU notes).
     fast_transposed_matmul = False
+    nan_propagating_min_max = False  # with --xla_cpu_enable_fast_min_max (see _XLA_FLAGS)

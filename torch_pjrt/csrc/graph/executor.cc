@@ -75,6 +75,8 @@ lowering::TargetOptions TargetOptionsFromCapabilities() {
   if (it != caps.end()) target.dense_gather = it->second != "0";
   it = caps.find("fast_transposed_matmul");
   if (it != caps.end()) target.fast_transposed_matmul = it->second != "0";
+  it = caps.find("nan_propagating_min_max");
+  if (it != caps.end()) target.nan_propagating_min_max = it->second != "0";
   it = caps.find("matmul_precision");
   if (it != caps.end()) {
     // torch.set_float32_matmul_precision's names mapped to StableHLO's precision enum.
@@ -267,6 +269,7 @@ const char* SyncCauseName(SyncCause c) {
     case SyncCause::kDeviceCopy: return "device_copy";
     case SyncCause::kEvent: return "event";
     case SyncCause::kDataDependentShape: return "data_dependent_shape";
+    case SyncCause::kOptimizerStep: return "optimizer_step";
     default: return "other";
   }
 }

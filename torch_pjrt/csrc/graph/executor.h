@@ -19,6 +19,7 @@ enum class SyncCause : int {
   kDeviceCopy,      // a copy to another pjrt device
   kEvent,           // a stream event was recorded
   kDataDependentShape,  // a result's size depends on data (nonzero, masked_select, unique)
+  kOptimizerStep,   // an optimizer step ended: the training step's graph is launched, not waited for
   kOther,
   kNumCauses
 };

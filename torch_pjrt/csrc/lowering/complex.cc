@@ -47,24 +47,27 @@ Val In(LowerCtx& c, size_t i, ElementType t) {
   return c.e.BroadcastTo(ConvertTo(c.e, c.tensor(i), t), c.out().dims);
 }
 
-Val Abs(Emitter& e, const Val& x) {
-  if (!IsComplex(x.dtype())) return e.Unary("abs", x);
-  TensorType t{ComplexPartType(x.dtype()), x.dims()};
-  Val a = e.Raw("\"stablehlo.abs\"(" + e.Name(x) + ")", "(" + TypeString(x) + ") -> " + TypeString(t), t);
-  // C's hypot (what CPU eager's std::abs computes): +inf when either part is infinite, even if the
-  // other is NaN; XLA's complex abs gives NaN there.
-  Val inf = e.Full(INFINITY, t);
-  Val any_inf = e.Binary("or", e.Compare("EQ", e.Unary("abs", RealPart(e, x)), inf),
-                         e.Compare("EQ", e.Unary("abs", ImagPart(e, x)), inf));
-  return e.Select(any_inf, inf, a);
-}
-
 Val IsNan(Emitter& e, const Val& x) {
   if (IsComplex(x.dtype())) {
     return e.Binary("or", IsNan(e, RealPart(e, x)), IsNan(e, ImagPart(e, x)));
   }
   if (!IsFloating(x.dtype())) return e.Full(0, TensorType{ElementType::kBool, x.dims()});
   return e.Compare("NE", x, x);
+}
+
+Val Abs(Emitter& e, const Val& x) {
+  if (!IsComplex(x.dtype())) return e.Unary("abs", x);
+  TensorType t{ComplexPartType(x.dtype()), x.dims()};
+  Val a = e.Raw("\"stablehlo.abs\"(" + e.Name(x) + ")", "(" + TypeString(x) + ") -> " + TypeString(t), t);
+  // XLA expands complex abs with max/min of the parts, which drop a NaN part on a compiler with
+  // fast min/max (TargetOptions::nan_propagating_min_max): the NaN is selected explicitly.
+  a = e.Select(IsNan(e, x), e.Full(NAN, t), a);
+  // C's hypot (what CPU eager's std::abs computes): +inf when either part is infinite, even if the
+  // other is NaN; XLA's complex abs gives NaN there.
+  Val inf = e.Full(INFINITY, t);
+  Val any_inf = e.Binary("or", e.Compare("EQ", e.Unary("abs", RealPart(e, x)), inf),
+                         e.Compare("EQ", e.Unary("abs", ImagPart(e, x)), inf));
+  return e.Select(any_inf, inf, a);
 }
 
 // ------------------------------------------------------------ new ops

@@ -221,6 +221,22 @@ Val Emitter::Binary(std::string_view op, const Val& a, const Val& b) {
     throw std::logic_error("stablehlo." + std::string(op) + " operands differ: " + TypeString(a) +
                            " vs " + TypeString(b));
   }
+  if (NeedsExplicitNan(op, a.dtype())) return NanPropagating(RawBinary(op, a, b), a, b);
+  return RawBinary(op, a, b);
+}
+
+bool Emitter::NeedsExplicitNan(std::string_view op, ElementType t) const {
+  return !target_.nan_propagating_min_max && (op == "maximum" || op == "minimum") && IsFloating(t);
+}
+
+// StableHLO's maximum/minimum return NaN when either operand is NaN; a compiler whose min/max
+// may drop NaNs (TargetOptions::nan_propagating_min_max false) gets the NaN chosen explicitly.
+Val Emitter::NanPropagating(const Val& m, const Val& a, const Val& b) {
+  Val r = Select(Compare("NE", b, b), b, m);
+  return Select(Compare("NE", a, a), a, r);
+}
+
+Val Emitter::RawBinary(std::string_view op, const Val& a, const Val& b) {
   Val v = NewValue(a.type);
   Line(Name(v) + " = stablehlo." + std::string(op) + " " + Name(a) + ", " + Name(b) + " : " +
        TypeString(a.type));
@@ -477,6 +493,15 @@ Val Emitter::EmitDotGeneral(const Val& a, const Val& b, const Dims& batch_a, con
 
 Val Emitter::Reduce(const Val& x, const Val& init, const Dims& dims, std::string_view op) {
   if (dims.empty()) return x;
+  if (NeedsExplicitNan(op, x.dtype())) {  // the body's Binary selects the NaN
+    return ReduceVariadic({x}, {init}, dims, [&](Emitter& e, const std::vector<Val>& a) {
+      return std::vector<Val>{e.Binary(op, a[0], a[1])};
+    })[0];
+  }
+  return RawReduce(x, init, dims, op);
+}
+
+Val Emitter::RawReduce(const Val& x, const Val& init, const Dims& dims, std::string_view op) {
   TensorType t{x.dtype(), {}};
   for (int64_t i = 0; i < x.rank(); ++i) {
     bool reduced = false;

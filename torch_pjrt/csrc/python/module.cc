@@ -15,6 +15,7 @@
 #include "hooks/generator.h"
 #include "lowering/lowering.h"
 #include "runtime/executable.h"
+#include "runtime/host_heap.h"
 #include "runtime/runtime.h"
 
 namespace py = pybind11;
@@ -331,6 +332,8 @@ PYBIND11_MODULE(_C, m) {
     }
     return names;
   });
+  // For plugins whose buffers are host heap allocations; called from their configure hooks.
+  m.def("_keep_freed_blocks_in_heap", &torch_pjrt::runtime::KeepFreedBlocksInHeap);
   // Compiles StableHLO text with the active plugin and returns its number of outputs: a debugging
   // aid for lowering authors and plugin vendors (errors come back as RuntimeError).
   m.def("_compile_stablehlo", [](const std::string& text) {

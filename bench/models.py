@@ -1,0 +1,161 @@
+"""Real models on pjrt against CPU eager and inductor, in one run: training steps (AdamW) of the
+transformers GPT-2, BERT, Llama and T5, timm ResNet-18, ViT and MobileNetV3 and an LSTM language
+model, and inference of the three vision models. The models are those of tests/test_models.py
+(bench/real_models.py: small configs, random weights, no downloads).
+
+    .venv/bin/python bench/models.py                  # writes bench/models_results.md and .json
+    .venv/bin/python bench/models.py --only gpt2 resnet18 --skip-inductor --steps 8
+
+Each (model, mode, backend) runs in its own process with an empty pjrt compile cache. Reported:
+steps/s (median over the steps after the first three), the first two steps' times (compiles),
+peak RSS, and for pjrt the executions per step after warm-up and the CPU fallbacks. `inductor`
+is torch.compile(model) on the CPU (the optimizer runs eagerly). Ratios are against CPU eager
+from the same run; machines differ, so compare ratios, not times, across runs.
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+BACKENDS = ["pjrt", "eager", "inductor"]
+TRAIN = ["gpt2", "bert", "llama", "t5", "vit_tiny", "resnet18", "mobilenetv3", "lstm"]
+INFER = ["resnet18", "mobilenetv3", "vit_tiny"]
+
+
+def builders():
+    sys.path.insert(0, str(ROOT))
+    import real_models
+    from torchvision_compat import ensure_torchvision_importable
+
+    ensure_torchvision_importable()
+    return {**real_models.TEXT_MODELS, **real_models.VISION_MODELS, **real_models.PLAIN_MODELS}
+
+
+def sync(device, value):
+    if device == "pjrt":
+        value.cpu()  # one read back, as a loop that logs its loss does
+
+
+def measure(backend, name, mode, steps):
+    """Runs in the child process: one JSON line on stdout."""
+    import torch
+
+    device = "pjrt" if backend == "pjrt" else "cpu"
+    torch.manual_seed(0)
+    model, batch, loss_fn = builders()[name](device)
+    run_model = torch.compile(model) if backend == "inductor" else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3) if mode == "train" else None
+    if mode == "infer":
+        model.eval()
+
+    def step():
+        if opt is None:
+            with torch.no_grad():
+                out = run_model(batch[0])
+            return out.float().sum()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(run_model, *batch)
+        loss.backward()
+        opt.step()
+        return loss
+
+    times, executions = [], []
+    for _ in range(steps):
+        before = torch.pjrt.metrics.counters() if device == "pjrt" else {}
+        t0 = time.perf_counter()
+        value = step()
+        value.item()
+        times.append(time.perf_counter() - t0)
+        if device == "pjrt":
+            executions.append(torch.pjrt.metrics.counter("Executions") - before.get("Executions", 0))
+    out = {"steps_per_s": 1 / statistics.median(times[3:]), "first_steps_s": times[:2],
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if device == "pjrt":
+        out["executions_per_step"] = statistics.mean(executions[3:])
+        out["fallbacks"] = sum(torch.pjrt.metrics.fallbacks().values())
+    print(json.dumps(out))
+
+
+def run_child(backend, name, mode, steps):
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TORCH_PJRT_CACHE_DIR=cache, TORCH_PJRT_FALLBACK_WARNINGS="0",
+                   HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+        cmd = [sys.executable, __file__, "--child", backend, name, mode, "--steps", str(steps)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def cell(r, key, fmt):
+    return fmt.format(r[key]) if r and key in r else "-"
+
+
+def table(results, args):
+    lines = [
+        "# Real-model benchmark",
+        "",
+        f"Produced by `.venv/bin/python bench/models.py` on {date.today()} ({platform.machine()}, "
+        f"{os.cpu_count()} cores), {args.steps} steps per run, each run its own process with an empty "
+        "compile cache. Steps/s is the median over steps 4 and later; `/ eager` is the ratio to CPU "
+        "eager in this run; `inductor` is torch.compile(model) on the CPU. Training uses AdamW; "
+        "inference is a no_grad forward. pjrt executions are per step after warm-up.",
+        "",
+        "| model | mode | pjrt steps/s | eager | inductor | pjrt / eager | pjrt / inductor | "
+        "pjrt steps 1, 2 (s) | inductor steps 1, 2 (s) | pjrt executions / step | pjrt fallbacks | "
+        "peak RSS pjrt / eager (MB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (name, mode) in sorted({(n, m) for n, m, _ in results}, key=lambda k: (k[1] != "train", k[0])):
+        p, e, i = (results.get((name, mode, b)) for b in BACKENDS)
+        if p and "error" in p:
+            lines.append(f"| {name} | {mode} | error: {p['error'][:80]} |" + " - |" * 10)
+            continue
+        ratio_e = f"{p['steps_per_s'] / e['steps_per_s']:.2f}" if p and e and "steps_per_s" in e else "-"
+        ratio_i = f"{p['steps_per_s'] / i['steps_per_s']:.2f}" if p and i and "steps_per_s" in i else "-"
+        first = lambda r: " / ".join(f"{t:.2f}" for t in r["first_steps_s"]) if r and "first_steps_s" in r else "-"
+        lines.append(
+            f"| {name} | {mode} | {cell(p, 'steps_per_s', '{:.1f}')} | {cell(e, 'steps_per_s', '{:.1f}')} | "
+            f"{cell(i, 'steps_per_s', '{:.1f}')} | {ratio_e} | {ratio_i} | {first(p)} | {first(i)} | "
+            f"{cell(p, 'executions_per_step', '{:.2f}')} | {cell(p, 'fallbacks', '{}')} | "
+            f"{cell(p, 'peak_rss_mb', '{:.0f}')} / {cell(e, 'peak_rss_mb', '{:.0f}')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", nargs=3, metavar=("BACKEND", "MODEL", "MODE"))
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--only", nargs="*", help="model names (default: all)")
+    parser.add_argument("--skip-inductor", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        measure(*args.child, args.steps)
+        return
+    backends = [b for b in BACKENDS if not (args.skip_inductor and b == "inductor")]
+    jobs = [(n, "train") for n in TRAIN] + [(n, "infer") for n in INFER]
+    jobs = [j for j in jobs if not args.only or j[0] in args.only]
+    results = {}
+    for name, mode in jobs:
+        for backend in backends:
+            r = run_child(backend, name, mode, args.steps)
+            results[(name, mode, backend)] = r
+            print(name, mode, backend, r, flush=True)
+    (ROOT / "models_results.json").write_text(json.dumps(
+        {f"{n}/{m}/{b}": r for (n, m, b), r in results.items()}, indent=1) + "\n")
+    (ROOT / "models_results.md").write_text(table(results, args))
+    print(table(results, args))
+
+
+if __name__ == "__main__":
+    main()
