@@ -192,13 +192,16 @@ Val Emitter::Raw(const std::string& text, const std::string& signature, const Te
 Val Emitter::Scalar(double value, ElementType t) { return Full(value, TensorType{t, {}}); }
 
 Val Emitter::Full(double value, const TensorType& t) {
+  Val v;
   if (IsNarrowFloat(t.dtype)) {
     // Written as f32 and converted, so that values not exactly representable still parse.
-    return Convert(Full(value, TensorType{ElementType::kF32, t.dims}), t.dtype);
+    v = Convert(Full(value, TensorType{ElementType::kF32, t.dims}), t.dtype);
+  } else {
+    v = NewValue(t);
+    Line(Name(v) + " = stablehlo.constant dense<" + ConstantLiteral(value, t.dtype) + "> : " +
+         TypeString(t));
   }
-  Val v = NewValue(t);
-  Line(Name(v) + " = stablehlo.constant dense<" + ConstantLiteral(value, t.dtype) + "> : " +
-       TypeString(t));
+  if (!std::isnan(value)) non_nan_constants_.insert(v.id);
   return v;
 }
 
@@ -231,9 +234,14 @@ bool Emitter::NeedsExplicitNan(std::string_view op, ElementType t) const {
 
 // StableHLO's maximum/minimum return NaN when either operand is NaN; a compiler whose min/max
 // may drop NaNs (TargetOptions::nan_propagating_min_max false) gets the NaN chosen explicitly.
+// A constant operand (relu's 0, clamp's bounds) cannot be NaN and needs no select.
+bool Emitter::IsNonNanConstant(const Val& v) const {
+  return !v.is_param && v.sub < 0 && non_nan_constants_.count(v.id) > 0;
+}
+
 Val Emitter::NanPropagating(const Val& m, const Val& a, const Val& b) {
-  Val r = Select(Compare("NE", b, b), b, m);
-  return Select(Compare("NE", a, a), a, r);
+  Val r = IsNonNanConstant(b) ? m : Select(Compare("NE", b, b), b, m);
+  return IsNonNanConstant(a) ? r : Select(Compare("NE", a, a), a, r);
 }
 
 Val Emitter::RawBinary(std::string_view op, const Val& a, const Val& b) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/dtype.h"
@@ -175,9 +176,11 @@ class Emitter {
 
   bool NeedsExplicitNan(std::string_view op, ElementType t) const;
   Val NanPropagating(const Val& m, const Val& a, const Val& b);
+  bool IsNonNanConstant(const Val& v) const;
   Val RawBinary(std::string_view op, const Val& a, const Val& b);
   Val RawReduce(const Val& x, const Val& init, const Dims& dims, std::string_view op);
   TargetOptions target_;
+  std::unordered_set<int> non_nan_constants_;  // ids of constants that are not NaN
   std::unordered_map<int32_t, Val> transposed_2d_;  // result id -> operand, for DotGeneral
   std::string body_;
   std::vector<TensorType> params_;
