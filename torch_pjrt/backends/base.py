@@ -110,10 +110,8 @@ class DevicePlugin:
             if self.supported_dtypes is None
             else sorted(dtype_name(d) for d in self.supported_dtypes),
             "unsupported_dtype_policy": self.unsupported_dtype_policy,
-            "dense_gather": self.dense_gather,
+            **{name: getattr(self, name) for name in _BOOLEAN_CAPABILITIES},
             "default_matmul_precision": self.default_matmul_precision,
-            "fast_transposed_matmul": self.fast_transposed_matmul,
-            "nan_propagating_min_max": self.nan_propagating_min_max,
             "amp_dtypes": [dtype_name(d) for d in self.amp_dtypes],
         }
 
@@ -126,6 +124,8 @@ class DevicePlugin:
 
 
 _POLICIES = ("error", "warn")
+# Capabilities that are plain booleans, True by default (sent to the runtime as "1"/"0").
+_BOOLEAN_CAPABILITIES = ("dense_gather", "fast_transposed_matmul", "nan_propagating_min_max")
 _PRECISIONS = ("highest", "high", "default")
 
 
@@ -152,9 +152,8 @@ def capability_strings(plugin: str, caps: Dict[str, Any]) -> Dict[str, str]:
         if policy not in _POLICIES:
             raise ValueError(f"unsupported_dtype_policy must be one of {_POLICIES}, got {policy!r}")
         out["unsupported_dtype_policy"] = policy
-        out["dense_gather"] = "1" if caps.get("dense_gather", True) else "0"
-        out["fast_transposed_matmul"] = "1" if caps.get("fast_transposed_matmul", True) else "0"
-        out["nan_propagating_min_max"] = "1" if caps.get("nan_propagating_min_max", True) else "0"
+        for name in _BOOLEAN_CAPABILITIES:
+            out[name] = "1" if caps.get(name, True) else "0"
         precision = caps.get("default_matmul_precision")
         if precision is not None:
             if precision not in _PRECISIONS:

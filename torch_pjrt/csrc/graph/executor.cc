@@ -71,13 +71,14 @@ void ReleaseFreedHeap() {
 lowering::TargetOptions TargetOptionsFromCapabilities() {
   lowering::TargetOptions target;
   const auto& caps = runtime::ActiveCapabilities();
-  auto it = caps.find("dense_gather");
-  if (it != caps.end()) target.dense_gather = it->second != "0";
-  it = caps.find("fast_transposed_matmul");
-  if (it != caps.end()) target.fast_transposed_matmul = it->second != "0";
-  it = caps.find("nan_propagating_min_max");
-  if (it != caps.end()) target.nan_propagating_min_max = it->second != "0";
-  it = caps.find("matmul_precision");
+  // Boolean capabilities arrive as "1"/"0"; an absent one keeps TargetOptions' default.
+  for (auto [name, flag] : {std::pair<const char*, bool*>{"dense_gather", &target.dense_gather},
+                            {"fast_transposed_matmul", &target.fast_transposed_matmul},
+                            {"nan_propagating_min_max", &target.nan_propagating_min_max}}) {
+    auto found = caps.find(name);
+    if (found != caps.end()) *flag = found->second != "0";
+  }
+  auto it = caps.find("matmul_precision");
   if (it != caps.end()) {
     // torch.set_float32_matmul_precision's names mapped to StableHLO's precision enum.
     if (it->second == "highest") target.matmul_precision = "HIGHEST";

@@ -232,13 +232,13 @@ bool Emitter::NeedsExplicitNan(std::string_view op, ElementType t) const {
   return !target_.nan_propagating_min_max && (op == "maximum" || op == "minimum") && IsFloating(t);
 }
 
-// StableHLO's maximum/minimum return NaN when either operand is NaN; a compiler whose min/max
-// may drop NaNs (TargetOptions::nan_propagating_min_max false) gets the NaN chosen explicitly.
 // A constant operand (relu's 0, clamp's bounds) cannot be NaN and needs no select.
 bool Emitter::IsNonNanConstant(const Val& v) const {
   return !v.is_param && v.sub < 0 && non_nan_constants_.count(v.id) > 0;
 }
 
+// StableHLO's maximum/minimum return NaN when either operand is NaN; a compiler whose min/max
+// may drop NaNs (TargetOptions::nan_propagating_min_max false) gets the NaN chosen explicitly.
 Val Emitter::NanPropagating(const Val& m, const Val& a, const Val& b) {
   Val r = IsNonNanConstant(b) ? m : Select(Compare("NE", b, b), b, m);
   return IsNonNanConstant(a) ? r : Select(Compare("NE", a, a), a, r);

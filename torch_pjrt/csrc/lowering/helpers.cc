@@ -211,4 +211,34 @@ Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc) {
   return e.Reduce(xc, e.Scalar(0, acc), dims, "add");
 }
 
+Val WrapNegative(Emitter& e, const Val& index, int64_t size) {
+  Val i = e.Convert(index, ElementType::kS64);
+  Val negative = e.Compare("LT", i, e.Full(0, i.type));
+  return e.Select(negative, e.Binary("add", i, e.Full(static_cast<double>(size), i.type)), i);
+}
+
+Val DimIndices(Emitter& e, const Val& index, int64_t dim, int64_t rank, int64_t size) {
+  Dims with_vec = index.dims();
+  with_vec.push_back(1);
+  std::vector<Val> parts;
+  for (int64_t d = 0; d < rank; ++d) {
+    Val comp = d == dim ? WrapNegative(e, index, size) : e.Iota(TensorType{ElementType::kS64, index.dims()}, d);
+    parts.push_back(e.Reshape(comp, with_vec));
+  }
+  return e.Concatenate(parts, index.rank());
+}
+
+Val GatherAlong(Emitter& e, const Val& x, const Val& index, int64_t dim) {
+  if (index.numel() == 0) return e.Full(0, TensorType{x.dtype(), index.dims()});
+  Emitter::GatherDims g;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    g.collapsed_slice_dims.push_back(i);
+    g.start_index_map.push_back(i);
+  }
+  g.index_vector_dim = index.rank();
+  g.slice_sizes = Dims(x.rank(), 1);
+  Val coords = DimIndices(e, index, dim, x.rank(), x.dims()[dim]);
+  return e.Gather(x, coords, g, TensorType{x.dtype(), index.dims()});
+}
+
 }  // namespace torch_pjrt::lowering

@@ -25,6 +25,14 @@ Dims NormDims(const Dims& dims, int64_t rank, bool empty_means_all = true);
 Val Coerce(Emitter& e, const Val& v, const Dims& dims, ElementType t);
 inline Val Coerce(Emitter& e, const Val& v, const TensorType& t) { return Coerce(e, v, t.dims, t.dtype); }
 
+// Wraps negative integer indices into [0, size), as int64.
+Val WrapNegative(Emitter& e, const Val& index, int64_t size);
+// Full coordinates [..., rank] for a gather or scatter along `dim`: `index` there (negatives
+// wrapped), iota elsewhere.
+Val DimIndices(Emitter& e, const Val& index, int64_t dim, int64_t rank, int64_t size);
+// x.gather(dim, index): index has x's rank (its sizes may be smaller); negatives wrap.
+Val GatherAlong(Emitter& e, const Val& x, const Val& index, int64_t dim);
+
 // Keeps reduced dims as size 1 (keepdim=True) by reshaping.
 Val KeepDims(Emitter& e, const Val& reduced, const Dims& input_dims, const Dims& reduced_dims);
 

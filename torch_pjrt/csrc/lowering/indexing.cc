@@ -33,17 +33,10 @@ std::vector<Val> LowerCat(LowerCtx& c) {
   return {c.e.Concatenate(parts, dim)};
 }
 
-// Wraps negative indices into [0, size).
-Val WrapIndex(Emitter& e, const Val& index, int64_t size) {
-  Val i = e.Convert(index, ElementType::kS64);
-  Val zero = e.Full(0, i.type);
-  return e.Select(e.Compare("LT", i, zero), e.Binary("add", i, e.Full(static_cast<double>(size), i.type)), i);
-}
-
 // one_hot[i, j] = (index[i] == j) as `t`, for k indices into a dimension of size n.
 Val OneHot(Emitter& e, const Val& index, int64_t n, ElementType t) {
   int64_t k = index.numel();
-  Val wrapped = e.BroadcastInDim(e.Reshape(WrapIndex(e, index, n), {k}), {k, n}, {0});
+  Val wrapped = e.BroadcastInDim(e.Reshape(WrapNegative(e, index, n), {k}), {k, n}, {0});
   Val hit = e.Compare("EQ", wrapped, e.Iota(TensorType{ElementType::kS64, {k, n}}, 1));
   return e.Convert(hit, t);
 }
@@ -123,7 +116,7 @@ std::vector<Val> LowerIndexSelect(LowerCtx& c) {
     for (int64_t i = dim + 1; i < x.rank(); ++i) perm.push_back(i);
     return {c.e.Reshape(c.e.Transpose(rows, perm), c.out().dims)};
   }
-  Val indices = c.e.Reshape(WrapIndex(c.e, idx, x.dims()[dim]), {k, 1});
+  Val indices = c.e.Reshape(WrapNegative(c.e, idx, x.dims()[dim]), {k, 1});
   Emitter::GatherDims g;
   for (int64_t i = 0; i < x.rank(); ++i) {
     if (i != dim) g.offset_dims.push_back(i);
@@ -139,34 +132,11 @@ std::vector<Val> LowerIndexSelect(LowerCtx& c) {
   return {c.e.Reshape(r, c.out().dims)};
 }
 
-// Full coordinates [..., rank] for gather/scatter along `dim`: `index` there, iota elsewhere.
-Val DimIndices(Emitter& e, const Val& index, int64_t dim, int64_t rank, int64_t size) {
-  Dims shape = index.dims();
-  Dims with_vec = shape;
-  with_vec.push_back(1);
-  std::vector<Val> parts;
-  for (int64_t d = 0; d < rank; ++d) {
-    Val comp = d == dim ? WrapIndex(e, index, size) : e.Iota(TensorType{ElementType::kS64, shape}, d);
-    parts.push_back(e.Reshape(comp, with_vec));
-  }
-  return e.Concatenate(parts, static_cast<int64_t>(shape.size()));
-}
-
 // gather(self, dim, index, *, sparse_grad=False)
 std::vector<Val> LowerGather(LowerCtx& c) {
   Val x = c.tensor(0), index = c.tensor(2);
   if (x.rank() == 0) return {c.e.Reshape(x, c.out().dims)};
-  int64_t dim = NormDim(c.int_arg(1), x.rank());
-  if (index.numel() == 0) return {c.e.Full(0, c.out())};
-  Val coords = DimIndices(c.e, index, dim, x.rank(), x.dims()[dim]);
-  Emitter::GatherDims g;
-  for (int64_t i = 0; i < x.rank(); ++i) {
-    g.collapsed_slice_dims.push_back(i);
-    g.start_index_map.push_back(i);
-  }
-  g.index_vector_dim = index.rank();
-  g.slice_sizes = Dims(x.rank(), 1);
-  return {c.e.Gather(x, coords, g, TensorType{x.dtype(), index.dims()})};
+  return {GatherAlong(c.e, x, index, NormDim(c.int_arg(1), x.rank()))};
 }
 
 // Scatter along `dim` at `index` of `updates` (shape of index) into x.
@@ -251,7 +221,7 @@ AdvancedIndex PlanIndex(LowerCtx& c, const Val& x, const std::vector<Val>& indic
   with_vec.push_back(1);
   std::vector<Val> parts;
   for (size_t k = 0; k < present.size(); ++k) {
-    Val wrapped = WrapIndex(e, present[k], x.dims()[a.indexed[k]]);
+    Val wrapped = WrapNegative(e, present[k], x.dims()[a.indexed[k]]);
     parts.push_back(e.Reshape(e.BroadcastTo(wrapped, a.broadcast), with_vec));
   }
   int64_t nb = static_cast<int64_t>(a.broadcast.size());

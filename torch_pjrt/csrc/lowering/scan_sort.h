@@ -30,14 +30,8 @@ Val SortsBefore(Emitter& e, const Val& a, const Val& b, bool descending);
 // Stable sort along `dim` in torch's order: (values, int64 indices into the unsorted input).
 std::pair<Val, Val> SortWithIndices(Emitter& e, const Val& x, int64_t dim, bool descending);
 
-// x.gather(dim, index) for in-range int64 indices (index has x's rank; its sizes may be smaller).
-Val GatherAlong(Emitter& e, const Val& x, const Val& index, int64_t dim);
-
 // Gathers 1-D `table` at int64 positions `index` (any shape): table[index].
 Val GatherFlat(Emitter& e, const Val& table, const Val& index);
-
-// Wraps negative int indices into [0, size) as int64.
-Val WrapNegative(Emitter& e, const Val& index, int64_t size);
 
 // NaN test (false for non-floating types).
 Val IsNan(Emitter& e, const Val& x);

@@ -37,33 +37,6 @@ std::pair<Val, Val> SortWithIndices(Emitter& e, const Val& x, int64_t dim, bool 
   return {r[0], r[1]};
 }
 
-Val WrapNegative(Emitter& e, const Val& index, int64_t size) {
-  Val i = e.Convert(index, ElementType::kS64);
-  Val negative = e.Compare("LT", i, e.Full(0, i.type));
-  return e.Select(negative, e.Binary("add", i, e.Full(static_cast<double>(size), i.type)), i);
-}
-
-Val GatherAlong(Emitter& e, const Val& x, const Val& index, int64_t dim) {
-  if (index.numel() == 0) return e.Full(0, TensorType{x.dtype(), index.dims()});
-  Dims with_vec = index.dims();
-  with_vec.push_back(1);
-  std::vector<Val> parts;
-  for (int64_t d = 0; d < x.rank(); ++d) {
-    Val comp = d == dim ? e.Convert(index, ElementType::kS64)
-                        : e.Iota(TensorType{ElementType::kS64, index.dims()}, d);
-    parts.push_back(e.Reshape(comp, with_vec));
-  }
-  Val coords = e.Concatenate(parts, index.rank());
-  Emitter::GatherDims g;
-  for (int64_t i = 0; i < x.rank(); ++i) {
-    g.collapsed_slice_dims.push_back(i);
-    g.start_index_map.push_back(i);
-  }
-  g.index_vector_dim = index.rank();
-  g.slice_sizes = Dims(x.rank(), 1);
-  return e.Gather(x, coords, g, TensorType{x.dtype(), index.dims()});
-}
-
 Val GatherFlat(Emitter& e, const Val& table, const Val& index) {
   if (index.numel() == 0) return e.Full(0, TensorType{table.dtype(), index.dims()});
   Emitter::GatherDims g;
