@@ -54,6 +54,8 @@ setup(
     },
     entry_points={
         "torch.backends": ["torch_pjrt = torch_pjrt:_autoload"],
+        # torch.compile(backend="pjrt"), found by Dynamo without importing us.
+        "torch_dynamo_backends": ["pjrt = torch_pjrt.dynamo:pjrt_backend"],
         "torch_pjrt.plugins": [
             "cpu = torch_pjrt.backends.cpu:CpuPlugin",
             "cuda = torch_pjrt.backends.cuda:CudaPlugin",

@@ -80,7 +80,7 @@ def batches(data, batch, context, seed):
         yield x, y
 
 
-def train(device, steps, batch, context, dropout, autocast, log=True, seed=0):
+def train(device, steps, batch, context, dropout, autocast, log=True, seed=0, compile=False):
     text = make_text()
     vocab = sorted(set(text))
     data = torch.tensor([vocab.index(c) for c in text])
@@ -88,13 +88,16 @@ def train(device, steps, batch, context, dropout, autocast, log=True, seed=0):
     model = GPT(len(vocab), context, dropout=dropout).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
-    stream = batches(data, batch, context, seed)
     pjrt = device.startswith("pjrt")
+    if compile:  # forward and backward each become one replayed executable (torch_pjrt/dynamo.py)
+        model = torch.compile(model, backend="pjrt" if pjrt else "inductor")
+    stream = batches(data, batch, context, seed)
     losses = []
     if log:
         print(f"GPT: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocab {len(vocab)}, "
               f"context {context}, batch {batch}, dropout {dropout}, "
-              f"autocast {'bfloat16' if autocast else 'off'}, device {device}")
+              f"autocast {'bfloat16' if autocast else 'off'}, device {device}"
+              f"{', torch.compile' if compile else ''}")
     for step in range(steps):
         x, y = (t.to(device) for t in next(stream))
         before = torch.pjrt.metrics.counters() if pjrt else {}
@@ -127,16 +130,19 @@ def main():
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--no-autocast", dest="autocast", action="store_false")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (backend pjrt on pjrt, inductor on the CPU)")
     parser.add_argument("--compare-cpu", action="store_true",
                         help="train with dropout 0 on pjrt and on the CPU and compare the loss curves")
     args = parser.parse_args()
     if args.compare_cpu:
-        got = train("pjrt", args.steps, args.batch, args.context, 0.0, args.autocast)
+        got = train("pjrt", args.steps, args.batch, args.context, 0.0, args.autocast, compile=args.compile)
         want = train("cpu", args.steps, args.batch, args.context, 0.0, args.autocast, log=False)
         worst = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(got, want))
         print(f"largest relative difference from the CPU loss curve: {worst:.2e}")
         return
-    losses = train(args.device, args.steps, args.batch, args.context, args.dropout, args.autocast)
+    losses = train(args.device, args.steps, args.batch, args.context, args.dropout, args.autocast,
+                   compile=args.compile)
     print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} (uniform guess: {math.log(len(set(make_text()))):.3f})")
     if args.device.startswith("pjrt"):
         print(torch.pjrt.metrics.report())

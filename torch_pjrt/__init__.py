@@ -94,11 +94,14 @@ def _launch_after_optimizer_steps():
     the end of ``optimizer.step()`` (asynchronously: nothing waits) keeps one execution per step.
     """
     def launch(optimizer, args, kwargs):
+        if torch.compiler.is_compiling():  # a compiled step launches its own graph
+            return
         devices = {p.device.index for group in optimizer.param_groups for p in group["params"]
                    if p.device.type == "pjrt"}
         for index in devices:
             _C._synchronize(index, "optimizer_step", False)
 
+    import torch
     from . import _C
     from torch.optim.optimizer import register_optimizer_step_post_hook  # autoload runs mid-`import torch`
     register_optimizer_step_post_hook(launch)

@@ -61,11 +61,33 @@ def is_initialized() -> bool:
     return _C._client_started()
 
 
+_NO_INDUCTOR = ("torch.compile's default backend (inductor) has no code generator for pjrt "
+                "tensors: use torch.compile(model, backend=\"pjrt\"), which compiles the graph "
+                "with the pjrt device's own compiler")
+
+
+class _NoInductorCodegen(type):
+    """What inductor finds when it asks torch.pjrt for its code generators: any use raises."""
+
+    def __getattr__(cls, name):
+        raise RuntimeError(_NO_INDUCTOR)
+
+    def __call__(cls, *args, **kwargs):
+        raise RuntimeError(_NO_INDUCTOR)
+
+
+# Inductor's backend registration looks these up on the device module (torch.utils.
+# backend_registration._get_custom_mod_func); it stops at the first use, before any lowering.
+_INDUCTOR_CODEGEN_NAMES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+
+
 def __getattr__(name: str):
     # torch.cuda-style flag read by torch.utils.checkpoint (and fork_rng helpers) to decide whether
     # a device's RNG state must be saved and restored; live, like torch.cuda._initialized.
     if name == "_initialized":
         return is_initialized()
+    if name in _INDUCTOR_CODEGEN_NAMES:
+        return _NoInductorCodegen(name, (), {})
     raise AttributeError(f"module 'torch.pjrt' has no attribute '{name}'")
 
 

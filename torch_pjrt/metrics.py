@@ -11,16 +11,17 @@ from typing import Dict, Tuple
 
 from . import _C
 
-__all__ = ["counters", "timers", "counter", "fallbacks", "lowered", "syncs", "report", "reset"]
+__all__ = ["counters", "timers", "counter", "fallbacks", "lowered", "syncs", "dynamo", "report", "reset"]
 
 # Prefixes of the named counters: one source of truth for this module and the tests. Every other
 # name with "::" counts CPU fallbacks of one op, named by its namespace ("aten::", "mylib::").
 SYNC_PREFIX = "Sync::"       # syncs per cause
 LOWERED_PREFIX = "Lowered::"  # ops traced natively, per lowering (schema name)
+DYNAMO_PREFIX = "Dynamo::"    # torch.compile backend: graphs, partitions, calls traced again
 
 
 def _is_fallback(name: str) -> bool:
-    return "::" in name and not name.startswith((SYNC_PREFIX, LOWERED_PREFIX))
+    return "::" in name and not name.startswith((SYNC_PREFIX, LOWERED_PREFIX, DYNAMO_PREFIX))
 
 
 def counters() -> Dict[str, int]:
@@ -47,6 +48,15 @@ def lowered() -> Dict[str, int]:
     """Ops traced natively per lowering (schema name, in-place and out= variants counted with
     their functional op), e.g. {"add.Tensor": 12}."""
     return {k[len(LOWERED_PREFIX):]: v for k, v in counters().items() if k.startswith(LOWERED_PREFIX)}
+
+
+def dynamo() -> Dict[str, int]:
+    """The torch.compile backend's counters: ``graphs`` (AOT graphs handed to it: one per Dynamo
+    graph and graph break, forward and backward separately, again on every recompile),
+    ``partitions`` (captured pieces of graphs split around CPU fallbacks), ``traced_calls`` (calls
+    that traced instead of replaying). Replays and captures are the ``GraphReplays`` and
+    ``GraphsCaptured`` counters."""
+    return {k[len(DYNAMO_PREFIX):]: v for k, v in counters().items() if k.startswith(DYNAMO_PREFIX)}
 
 
 def syncs() -> Dict[str, int]:

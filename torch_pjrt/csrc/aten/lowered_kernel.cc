@@ -451,8 +451,10 @@ Arg RandomState(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const M
     offset = impl->get_offset();
     impl->set_offset(offset + increment);
   }
-  std::vector<int64_t> slots{b->AddInput(graph::MakeSlot(device, ElementType::kU64, &seed)),
-                             b->AddInput(graph::MakeSlot(device, ElementType::kU64, &offset))};
+  graph::Value seed_slot = graph::MakeSlot(device, ElementType::kU64, &seed);
+  graph::Value offset_slot = graph::MakeSlot(device, ElementType::kU64, &offset);
+  graph::NoteRandomDraw(device, seed_slot, offset_slot);
+  std::vector<int64_t> slots{b->AddInput(std::move(seed_slot)), b->AddInput(std::move(offset_slot))};
   return b->ListArg(ArgKind::kTensorList, slots);
 }
 

@@ -250,6 +250,7 @@ void ResetTrace(DeviceTrace& trace) {
   }
   trace.dirty.clear();
   trace.checks.clear();
+  trace.draws.clear();
   trace.params.clear();
   for (auto& b : trace.slot_bytes) b.clear();
   trace.slot_count.fill(0);
@@ -271,6 +272,7 @@ const char* SyncCauseName(SyncCause c) {
     case SyncCause::kEvent: return "event";
     case SyncCause::kDataDependentShape: return "data_dependent_shape";
     case SyncCause::kOptimizerStep: return "optimizer_step";
+    case SyncCause::kCompiledCall: return "compiled_call";
     default: return "other";
   }
 }
@@ -545,13 +547,27 @@ void Publish(int device, const DeviceTrace& trace, const PendingGraph& g, const 
   for (size_t i = 0; i < g.targets.size(); ++i) g.targets[i]->SetBuffer(std::move(results[i]));
 }
 
+// What a capture needs to launch the same program again (before Publish moves the results).
+void Describe(const DeviceTrace& trace, const PendingGraph& g, std::shared_ptr<CompiledGraph> compiled,
+              LaunchRecord* record) {
+  record->compiled = std::move(compiled);
+  for (const NodeRef& p : trace.params) record->params.push_back(p->buffer);
+  record->slot_bytes = trace.slot_bytes;
+  record->slot_count = trace.slot_count;
+  record->draws = trace.draws;
+  record->targets = g.targets;
+  for (const IndexCheck& c : trace.checks) record->check_whats.push_back(c.what);
+  record->epoch = trace.epoch;
+}
+
 // Compiles (or finds) and launches the graph computing `g`.
-void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGraph& g) {
+void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGraph& g,
+              LaunchRecord* record) {
   if (!trace.checks.empty()) {
     g.outputs.push_back(PackIndexChecks(device, trace.checks));
     g.has_checks = true;
   }
-  g.donations = Donations(trace, g);
+  if (record == nullptr) g.donations = Donations(trace, g);
   uint64_t key = GraphKey(trace, g);
   CompileCache& cache = CompileCache::Get();
   std::shared_ptr<CompiledGraph> compiled = cache.Find(key);
@@ -571,12 +587,13 @@ void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGrap
     results = compiled->executable->Execute(args, device, donated);
   }
   Metrics::Increment(Counter::kExecutions);
+  if (record != nullptr) Describe(trace, g, compiled, record);
   Publish(device, trace, g, *compiled, std::move(results));
 }
 
 }  // namespace
 
-void SyncDevice(int device, SyncCause cause) {
+void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   GraphLock lock;
   if (device >= NumTracedDevices()) return;
   DeviceTrace& trace = Trace(device);
@@ -589,7 +606,7 @@ void SyncDevice(int device, SyncCause cause) {
     ScopedTimer sync_timer(Timer::kSync);
     Metrics::IncrementNamed(std::string("Sync::") + SyncCauseName(cause));
     try {
-      RunGraph(device, cause, trace, g);
+      RunGraph(device, cause, trace, g, record);
     } catch (const std::exception& e) {
       // Storages that were to be computed by this graph now report the error when read.
       auto* device_error = dynamic_cast<const DeviceError*>(&e);

@@ -2,7 +2,9 @@
 // give every written storage its new buffer (design decisions 3-6).
 #pragma once
 
+#include <array>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "graph/trace.h"
@@ -20,14 +22,30 @@ enum class SyncCause : int {
   kEvent,           // a stream event was recorded
   kDataDependentShape,  // a result's size depends on data (nonzero, masked_select, unique)
   kOptimizerStep,   // an optimizer step ended: the training step's graph is launched, not waited for
+  kCompiledCall,    // a torch.compile'd graph finished its first (traced) call: graph/capture.h
   kOther,
   kNumCauses
 };
 const char* SyncCauseName(SyncCause c);
 
+struct CompiledGraph;
+
+// What one sync launched, for a capture (graph/capture.h) to launch it again without tracing.
+struct LaunchRecord {
+  std::shared_ptr<CompiledGraph> compiled;
+  std::vector<std::shared_ptr<runtime::Buffer>> params;  // the buffers read, in parameter order
+  std::array<std::string, kNumElementTypes> slot_bytes;  // value scalars, per dtype
+  std::array<int32_t, kNumElementTypes> slot_count{};
+  std::vector<RandomDraw> draws;
+  std::vector<LazyStorage*> targets;  // written storages, in result order (valid until unlocked)
+  std::vector<std::string> check_whats;  // messages of the index checks (last result packs them)
+  uint64_t epoch = 0;                    // the trace epoch that was launched
+};
+
 // Materializes every storage written on `device` since its last sync, in one execution.
-// Does not wait for the execution to finish.
-void SyncDevice(int device, SyncCause cause);
+// Does not wait for the execution to finish. With `record`, no parameter is donated (a capture
+// replays the program with buffers that others may hold) and the launch is described there.
+void SyncDevice(int device, SyncCause cause, LaunchRecord* record = nullptr);
 void SyncAllDevices(SyncCause cause);
 // Blocks until every execution started on `device` (-1: all) has finished.
 void WaitDevice(int device);

@@ -45,6 +45,8 @@ const char* Metrics::Name(Counter c) {
     case Counter::kTransferBytesFromDevice: return "TransferBytesFromDevice";
     case Counter::kDeviceToDeviceCopies: return "DeviceToDeviceCopies";
     case Counter::kFallbackOps: return "FallbackOps";
+    case Counter::kGraphsCaptured: return "GraphsCaptured";
+    case Counter::kGraphReplays: return "GraphReplays";
     default: return "?";
   }
 }

@@ -25,6 +25,8 @@ enum class Counter : int {
   kTransferBytesFromDevice,
   kDeviceToDeviceCopies,
   kFallbackOps,        // total CPU fallback calls
+  kGraphsCaptured,     // torch.compile'd graphs whose first call was captured for replay
+  kGraphReplays,       // calls of captured graphs (no tracing: graph/capture.h)
   kNumCounters
 };
 

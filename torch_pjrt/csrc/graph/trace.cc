@@ -248,6 +248,10 @@ std::vector<Value> MakeOp(int op, int device, const std::vector<Value>& inputs, 
   return out;
 }
 
+void NoteRandomDraw(int device, const Value& seed, const Value& offset) {
+  Trace(device).draws.push_back(RandomDraw{seed.node->index, offset.node->index});
+}
+
 void MarkDirty(LazyStorage* s) {
   DeviceTrace& trace = Trace(s->device());
   if (s->dirty_epoch == trace.epoch) return;

@@ -53,12 +53,20 @@ struct IndexCheck {
   std::string what;  // "dimension 0 with size 5 in aten::index_select, traced at f.py:3 in g"
 };
 
+// A random op's (seed, offset) value scalars: positions in the trace's u64 slot group. A capture
+// (graph/capture.h) rewrites them on every replay so each call draws fresh numbers.
+struct RandomDraw {
+  int seed_slot = 0;
+  int offset_slot = 0;
+};
+
 struct DeviceTrace {
   uint64_t epoch = 1;
   std::vector<IndexCheck> checks;
   std::vector<NodeRef> params;                        // program parameters, in first-read order
   std::array<std::string, kNumElementTypes> slot_bytes;  // packed value scalars, per dtype
   std::array<int32_t, kNumElementTypes> slot_count{};
+  std::vector<RandomDraw> draws;
   std::vector<LazyStorage*> dirty;  // storages written in this epoch (null once they die)
   int64_t op_nodes = 0;             // op nodes made in this epoch
 };
@@ -95,6 +103,9 @@ std::vector<Value> MakeOp(int op, int device, const std::vector<Value>& inputs, 
                           ArgPool pool, std::vector<TensorType> outputs);
 // Lowering-table index of one of our internal "pjrt::" ops (looked up once).
 int InternalOp(const char* name);
+
+// Records that the u64 slots `seed` and `offset` (made by MakeSlot) seed a random op.
+void NoteRandomDraw(int device, const Value& seed, const Value& offset);
 
 void MarkDirty(LazyStorage* s);
 void ForgetDirty(LazyStorage* s);

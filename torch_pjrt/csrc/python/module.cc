@@ -24,6 +24,7 @@ namespace torch_pjrt {
 namespace hooks {
 void RegisterHooks();
 }
+void BindCapture(py::module& m);  // capture_bindings.cc
 
 namespace {
 
@@ -219,6 +220,8 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("_reset_metrics", [] { graph::Metrics::Reset(); });
+  // A named counter kept by the Python layer (torch_pjrt/dynamo.py's "Dynamo::" counters).
+  m.def("_increment_counter", [](const std::string& name, int64_t by) { graph::Metrics::IncrementNamed(name, by); });
   m.def("_manual_seed", [](int64_t device, uint64_t seed) { GeneratorOf(device)->set_current_seed(seed); });
   m.def("_manual_seed_all", [](uint64_t seed) { hooks::SeedAllGenerators(seed); });
   m.def("_memory_stats", [](int64_t device) {
@@ -340,6 +343,7 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release no_gil;
     return runtime::Executable::Compile(runtime::GetClient(), text)->num_outputs();
   });
+  BindCapture(m);
   m.def("_shutdown", [] {
     py::gil_scoped_release no_gil;
     Shutdown();

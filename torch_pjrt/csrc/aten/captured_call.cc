@@ -1,0 +1,150 @@
+#include "aten/captured_call.h"
+
+#include <ATen/core/Generator.h>
+#include <ATen/Context.h>
+#include <c10/core/TensorImpl.h>
+
+#include <mutex>
+
+#include "aten/lazy_tensor.h"
+#include "runtime/runtime.h"
+
+namespace torch_pjrt::aten {
+
+namespace {
+
+int CommonDevice(const std::vector<at::Tensor>& tensors) {
+  int device = -1;
+  for (const at::Tensor& t : tensors) {
+    if (!IsPjrt(t)) continue;
+    if (device < 0) device = t.device().index();
+    TORCH_CHECK(t.device().index() == device, "Expected all tensors to be on the same device, but found at "
+                "least two devices, pjrt:", device, " and pjrt:", int(t.device().index()), "!");
+  }
+  return device < 0 ? CurrentDevice() : device;
+}
+
+std::vector<graph::LazyStorage*> Storages(const std::vector<at::Tensor>& tensors) {
+  std::vector<graph::LazyStorage*> out;
+  out.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) out.push_back(StorageOf(t));
+  return out;
+}
+
+std::vector<ElementType> ElementTypes(const std::vector<at::Tensor>& tensors) {
+  std::vector<ElementType> out;
+  out.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) out.push_back(ToElementType(t.scalar_type()));
+  return out;
+}
+
+// The default generator's (seed, offset), advanced by `increment` (one replay's draws).
+std::pair<uint64_t, uint64_t> TakeRandomOffsets(int device, uint64_t increment) {
+  at::Generator gen = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  c10::GeneratorImpl* impl = gen.unsafeGetGeneratorImpl();
+  uint64_t offset = impl->get_offset();
+  impl->set_offset(offset + increment);
+  return {impl->current_seed(), offset};
+}
+
+at::Tensor ViewOver(const c10::Storage& storage, const CapturedCall::OutputView& v) {
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      caffe2::TypeMeta::fromScalarType(v.dtype));
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(v.sizes, v.strides, v.storage_offset);
+  return tensor;
+}
+
+c10::Storage StorageWithBuffer(size_t nbytes, int device, std::shared_ptr<runtime::Buffer> buffer) {
+  auto impl = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), nbytes, AllocateLazyStorage(nbytes, static_cast<c10::DeviceIndex>(device)),
+      c10::GetAllocator(c10::DeviceType::PrivateUse1), /*resizable=*/true);
+  c10::Storage storage(std::move(impl));
+  graph::GraphLock lock;
+  StorageOf(storage)->SetBuffer(std::move(buffer));
+  return storage;
+}
+
+// A 0-d CPU tensor (an optimizer's step count) as a pjrt tensor with a buffer of its own: the
+// program reads it as a parameter. A lazy copy would be a pending fill, one more sync per call.
+at::Tensor UploadScalar(const at::Tensor& cpu, int device) {
+  TORCH_CHECK(cpu.device().is_cpu() && cpu.dim() == 0, "pjrt: a captured graph takes pjrt tensors and 0-d "
+              "CPU tensors, got a ", cpu.dim(), "-d tensor on ", cpu.device());
+  at::Tensor host = cpu.contiguous();
+  auto buffer = runtime::Buffer::FromHost(runtime::GetClient(), device, ToElementType(host.scalar_type()), {},
+                                          host.data_ptr());
+  c10::Storage storage = StorageWithBuffer(host.element_size(), device, std::move(buffer));
+  return ViewOver(storage, {{}, {}, 0, host.scalar_type()});
+}
+
+std::vector<at::Tensor> OnDevice(const std::vector<at::Tensor>& inputs, int device) {
+  std::vector<at::Tensor> out;
+  out.reserve(inputs.size());
+  for (const at::Tensor& t : inputs) out.push_back(IsPjrt(t) ? t : UploadScalar(t, device));
+  return out;
+}
+
+}  // namespace
+
+CaptureStart BeginCapture(std::vector<at::Tensor>* inputs) {
+  CaptureStart start;
+  start.device = CommonDevice(*inputs);
+  *inputs = OnDevice(*inputs, start.device);
+  const std::vector<at::Tensor>& device_inputs = *inputs;
+  start.epoch = graph::BeginCapture(start.device, Storages(device_inputs), ElementTypes(device_inputs));
+  std::tie(start.rng_seed, start.rng_offset) = TakeRandomOffsets(start.device, 0);
+  return start;
+}
+
+std::shared_ptr<CapturedCall> FinishCapture(const CaptureStart& start, const std::vector<at::Tensor>& inputs,
+                                            const std::vector<at::Tensor>& outputs, std::string* reason) {
+  for (const at::Tensor& t : outputs) {
+    if (!IsPjrt(t) || t.device().index() != start.device) {
+      *reason = "it returns a tensor on " + t.device().str() + ", not on pjrt:" + std::to_string(start.device);
+      return nullptr;
+    }
+  }
+  uint64_t rng_end = TakeRandomOffsets(start.device, 0).second;
+  graph::CaptureRefusal refusal;
+  auto graph = graph::FinishCapture(start.device, start.epoch, Storages(inputs), Storages(outputs),
+                                    start.rng_seed, start.rng_offset, rng_end, &refusal);
+  if (!graph) {
+    *reason = refusal.reason;
+    return nullptr;
+  }
+  auto call = std::make_shared<CapturedCall>();
+  call->graph = std::move(graph);
+  for (const at::Tensor& t : outputs) {
+    call->outputs.push_back({t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type()});
+  }
+  return call;
+}
+
+std::optional<std::vector<at::Tensor>> Replay(const CapturedCall& call, const std::vector<at::Tensor>& given) {
+  const graph::CapturedGraph& g = *call.graph;
+  for (const at::Tensor& t : given) {
+    if (IsPjrt(t) ? t.device().index() != g.device : t.dim() != 0 || !t.device().is_cpu()) return std::nullopt;
+  }
+  std::vector<at::Tensor> inputs = OnDevice(given, g.device);
+  std::vector<graph::LazyStorage*> storages = Storages(inputs);
+  if (!graph::InputsMatch(g, storages, ElementTypes(inputs))) return std::nullopt;
+  auto [seed, offset] = TakeRandomOffsets(g.device, g.rng_increment);
+  std::vector<std::shared_ptr<runtime::Buffer>> results = graph::Replay(g, storages, seed, offset);
+  std::vector<c10::Storage> result_storages(results.size());
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(call.outputs.size());
+  for (size_t i = 0; i < call.outputs.size(); ++i) {
+    const graph::OutputSource& src = g.outputs[i];
+    if (src.input >= 0) {
+      outputs.push_back(ViewOver(inputs[src.input].storage(), call.outputs[i]));
+      continue;
+    }
+    c10::Storage& storage = result_storages[src.result];
+    if (!storage) storage = StorageWithBuffer(src.nbytes, g.device, results[src.result]);
+    outputs.push_back(ViewOver(storage, call.outputs[i]));
+  }
+  return outputs;
+}
+
+}  // namespace torch_pjrt::aten

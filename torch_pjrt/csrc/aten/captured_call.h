@@ -1,0 +1,46 @@
+// torch.compile's replay path at the tensor level (graph/capture.h does the graph work): turns
+// a compiled function's tensor arguments into storages, reads the pjrt generator, and rebuilds
+// the function's output tensors over the replay's result buffers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/capture.h"
+
+namespace torch_pjrt::aten {
+
+// A captured function: the graph and the views its outputs had on the first call.
+struct CapturedCall {
+  std::shared_ptr<graph::CapturedGraph> graph;
+  struct OutputView {
+    std::vector<int64_t> sizes, strides;
+    int64_t storage_offset = 0;
+    c10::ScalarType dtype;
+  };
+  std::vector<OutputView> outputs;
+};
+
+// The first call's bracket: state taken before the function runs.
+struct CaptureStart {
+  int device = 0;
+  uint64_t epoch = 0;
+  uint64_t rng_seed = 0, rng_offset = 0;
+};
+
+// Syncs pending work and gives every input a buffer. Inputs are pjrt tensors on one device and 0-d
+// CPU tensors, which are replaced by pjrt copies (the function must be called with those).
+CaptureStart BeginCapture(std::vector<at::Tensor>* inputs);
+// After the function ran on `inputs` and returned `outputs` (pjrt tensors): launches its trace and
+// returns the captured call, or null with `reason` saying why it cannot be replayed.
+std::shared_ptr<CapturedCall> FinishCapture(const CaptureStart& start, const std::vector<at::Tensor>& inputs,
+                                            const std::vector<at::Tensor>& outputs, std::string* reason);
+// Runs the captured call on new inputs (0-d CPU tensors are uploaded); nullopt when they do not
+// match the capture (other shapes, buffer layouts or aliasing: the caller captures again).
+std::optional<std::vector<at::Tensor>> Replay(const CapturedCall& call, const std::vector<at::Tensor>& inputs);
+
+}  // namespace torch_pjrt::aten

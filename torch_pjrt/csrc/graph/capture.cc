@@ -1,0 +1,242 @@
+#include "graph/capture.h"
+
+#include <cstring>
+#include <unordered_map>
+
+#include "graph/compile_cache.h"
+#include "graph/index_checks.h"
+#include "graph/metrics.h"
+#include "runtime/runtime.h"
+
+namespace torch_pjrt::graph {
+
+namespace {
+
+// Gives every input a buffer: pending values are computed (one sync), never-written storages
+// become explicit zeros. A replayed program reads inputs as parameters, so none may be folded
+// into the trace as a pending expression or a zeros constant.
+void Materialize(int device, const std::vector<LazyStorage*>& inputs, const std::vector<ElementType>& dtypes) {
+  bool pending = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    LazyStorage* s = inputs[i];
+    if (s->error()) throw DeviceError(*s->error());
+    if (s->has_buffer() && s->buffer()->poison()) throw DeviceError(*s->buffer()->poison());
+    if (!s->has_buffer() && !s->has_pending()) s->SetPending(StorageValue(s, dtypes[i]));
+    pending = pending || s->has_pending();
+  }
+  if (pending) SyncDevice(device, SyncCause::kCompiledCall);
+}
+
+// Per input: the index of the first input with the same storage (replays must alias alike).
+std::vector<int> InputGroups(const std::vector<LazyStorage*>& inputs) {
+  std::vector<int> groups(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    groups[i] = static_cast<int>(i);
+    for (size_t j = 0; j < i; ++j) {
+      if (inputs[j] == inputs[i]) {
+        groups[i] = static_cast<int>(j);
+        break;
+      }
+    }
+  }
+  return groups;
+}
+
+int IndexOf(const std::vector<LazyStorage*>& list, const LazyStorage* s) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i] == s) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// A storage written by the trace that the replay could not hand to anyone.
+const char* FindStrayWrite(const DeviceTrace& trace, const std::vector<LazyStorage*>& inputs,
+                           const std::vector<LazyStorage*>& outputs) {
+  for (LazyStorage* s : trace.dirty) {
+    if (s != nullptr && s->has_pending() && IndexOf(inputs, s) < 0 && IndexOf(outputs, s) < 0) {
+      return "it writes a tensor that is neither an input nor an output (a global or a captured "
+             "tensor updated in place)";
+    }
+  }
+  return nullptr;
+}
+
+// Program parameter -> input, from the parameter nodes the trace made for the inputs' storages.
+std::unordered_map<int, int> ParamInputs(const DeviceTrace& trace, const std::vector<LazyStorage*>& inputs) {
+  std::unordered_map<int, int> found;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const LazyStorage* s = inputs[i];
+    if (s->param_epoch == trace.epoch && s->param_node != nullptr) {
+      found.emplace(s->param_node->index, static_cast<int>(i));
+    }
+  }
+  return found;
+}
+
+uint64_t SlotU64(const LaunchRecord& r, int slot) {
+  uint64_t v;
+  std::memcpy(&v, r.slot_bytes[static_cast<size_t>(ElementType::kU64)].data() + 8 * slot, 8);
+  return v;
+}
+
+// The random draws' offsets relative to the generator's offset before the call; false when a
+// draw used another generator (its seed differs or its offset lies outside the call's range).
+bool RelativeDraws(const LaunchRecord& r, uint64_t seed, uint64_t begin, uint64_t end, CapturedGraph* g) {
+  g->draws = r.draws;
+  for (const RandomDraw& d : r.draws) {
+    uint64_t offset = SlotU64(r, d.offset_slot);
+    if (SlotU64(r, d.seed_slot) != seed || offset < begin || offset >= end) return false;
+    g->draw_offsets.push_back(offset - begin);
+  }
+  g->rng_increment = end - begin;
+  return true;
+}
+
+// Where each output lives on a replay: an input's storage (checked first, so an output that
+// aliases an overwritten input stays that input), else a program result.
+bool MapOutputs(const std::vector<LazyStorage*>& inputs, const std::vector<LazyStorage*>& outputs,
+                const LaunchRecord& r, CapturedGraph* g) {
+  for (LazyStorage* s : outputs) {
+    OutputSource o;
+    o.nbytes = s->nbytes();
+    o.input = IndexOf(inputs, s);
+    if (o.input < 0) o.result = IndexOf(r.targets, s);
+    if (o.input < 0 && o.result < 0) return false;
+    g->outputs.push_back(o);
+  }
+  return true;
+}
+
+}  // namespace
+
+uint64_t BeginCapture(int device, const std::vector<LazyStorage*>& inputs,
+                      const std::vector<ElementType>& dtypes) {
+  GraphLock lock;
+  SyncDevice(device, SyncCause::kCompiledCall);
+  Materialize(device, inputs, dtypes);
+  return Trace(device).epoch;
+}
+
+std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,
+                                             const std::vector<LazyStorage*>& inputs,
+                                             const std::vector<LazyStorage*>& outputs,
+                                             uint64_t rng_seed, uint64_t rng_begin, uint64_t rng_end,
+                                             CaptureRefusal* refusal) {
+  GraphLock lock;
+  DeviceTrace& trace = Trace(device);
+  if (trace.epoch != epoch) {
+    refusal->reason = "its trace was cut by a sync point inside it (a CPU fallback, a read to the "
+                      "host or the pending-size bound)";
+    return nullptr;
+  }
+  if (const char* stray = FindStrayWrite(trace, inputs, outputs)) {
+    refusal->reason = stray;
+    return nullptr;
+  }
+  auto g = std::make_shared<CapturedGraph>();
+  g->device = device;
+  g->traced_ops = trace.op_nodes;
+  std::unordered_map<int, int> param_inputs = ParamInputs(trace, inputs);
+  LaunchRecord r;
+  SyncDevice(device, SyncCause::kCompiledCall, &r);
+  g->compiled = r.compiled;
+  for (size_t k = 0; k < r.params.size(); ++k) {
+    auto it = param_inputs.find(static_cast<int>(k));
+    g->params.push_back(it != param_inputs.end() ? ParamSource{it->second, nullptr} : ParamSource{-1, r.params[k]});
+  }
+  g->slot_bytes = r.slot_bytes;
+  g->slot_count = r.slot_count;
+  for (LazyStorage* t : r.targets) g->result_inputs.push_back(IndexOf(inputs, t));
+  g->input_groups = InputGroups(inputs);
+  g->check_whats = r.check_whats;
+  if (!RelativeDraws(r, rng_seed, rng_begin, rng_end, g.get())) {
+    refusal->reason = "a random op in it draws from a generator other than the device's default";
+    return nullptr;
+  }
+  if (!MapOutputs(inputs, outputs, r, g.get())) {
+    refusal->reason = "it returns a tensor that is neither an input nor computed by it";
+    return nullptr;
+  }
+  Metrics::Increment(Counter::kGraphsCaptured);
+  return g;
+}
+
+bool InputsMatch(const CapturedGraph& g, const std::vector<LazyStorage*>& inputs,
+                 const std::vector<ElementType>& dtypes) {
+  if (inputs.size() != g.input_groups.size() || InputGroups(inputs) != g.input_groups) return false;
+  GraphLock lock;
+  Materialize(g.device, inputs, dtypes);
+  if (!g.compiled) return true;
+  for (size_t k = 0; k < g.params.size(); ++k) {
+    if (g.params[k].input < 0) continue;
+    const LazyStorage* s = inputs[g.params[k].input];
+    const runtime::Buffer& b = *s->buffer();
+    const TensorType& want = g.compiled->arg_types[k];
+    if (s->device() != g.device || b.type() != want.dtype ||
+        !std::equal(b.dims().begin(), b.dims().end(), want.dims.begin(), want.dims.end())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+// The value-scalar arrays of one replay: the captured ones with the random draws re-seeded.
+std::vector<std::shared_ptr<runtime::Buffer>> SlotBuffers(const CapturedGraph& g, uint64_t seed, uint64_t offset) {
+  auto client = runtime::GetClient();
+  std::array<std::string, kNumElementTypes> bytes = g.slot_bytes;
+  std::string& u64 = bytes[static_cast<size_t>(ElementType::kU64)];
+  for (size_t d = 0; d < g.draws.size(); ++d) {
+    uint64_t draw_offset = offset + g.draw_offsets[d];
+    std::memcpy(&u64[8 * g.draws[d].seed_slot], &seed, 8);
+    std::memcpy(&u64[8 * g.draws[d].offset_slot], &draw_offset, 8);
+  }
+  std::vector<std::shared_ptr<runtime::Buffer>> buffers;
+  for (size_t k = 0; k < kNumElementTypes; ++k) {
+    if (g.slot_count[k] == 0) continue;
+    std::vector<int64_t> dims{g.slot_count[k]};
+    buffers.push_back(runtime::Buffer::FromHost(client, g.device, static_cast<ElementType>(k), dims, bytes[k].data()));
+  }
+  return buffers;
+}
+
+// Index checks of a replay are settled at the next sync point, as for a traced graph.
+void ExpectChecks(const CapturedGraph& g, const std::vector<std::shared_ptr<runtime::Buffer>>& results) {
+  std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents;
+  for (const std::vector<int>& outputs : g.compiled->check_dependents) {
+    dependents.emplace_back();
+    for (int o : outputs) dependents.back().push_back(results[o]);
+  }
+  ExpectIndexChecks(g.device, results.back(), g.check_whats, std::move(dependents));
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
+                                                     const std::vector<LazyStorage*>& inputs,
+                                                     uint64_t rng_seed, uint64_t rng_offset) {
+  GraphLock lock;
+  Metrics::Increment(Counter::kGraphReplays);
+  if (!g.compiled) return {};
+  std::vector<std::shared_ptr<runtime::Buffer>> slots = SlotBuffers(g, rng_seed, rng_offset);
+  std::vector<PJRT_Buffer*> args;
+  args.reserve(g.params.size() + slots.size());
+  for (const ParamSource& p : g.params) {
+    args.push_back(p.input >= 0 ? inputs[p.input]->buffer()->raw() : p.constant->raw());
+  }
+  for (const auto& b : slots) args.push_back(b->raw());
+  std::vector<std::shared_ptr<runtime::Buffer>> results;
+  {
+    ScopedTimer timer(Timer::kExecute);
+    results = g.compiled->executable->Execute(args, g.device, {});
+  }
+  Metrics::Increment(Counter::kExecutions);
+  if (!g.check_whats.empty()) ExpectChecks(g, results);
+  for (size_t r = 0; r < g.result_inputs.size(); ++r) {
+    if (g.result_inputs[r] >= 0) inputs[g.result_inputs[r]]->SetBuffer(results[r]);
+  }
+  return results;
+}
+
+}  // namespace torch_pjrt::graph

@@ -1,0 +1,82 @@
+// Captured graphs: a function traced once and launched again without tracing (the torch.compile
+// backend, docs/design.md "torch.compile"). The first call traces as usual and ends with a sync
+// that records which program parameter is which input, which result is which output, and where
+// the random ops' seeds sit among the value scalars. A replay checks that its inputs look the same
+// (types, shapes, aliasing), rewrites the seeds and launches the cached executable.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/executor.h"
+
+namespace torch_pjrt::graph {
+
+struct CompiledGraph;
+
+// Where a replay gets each program parameter.
+struct ParamSource {
+  int input = -1;                            // an input's storage buffer, or
+  std::shared_ptr<runtime::Buffer> constant;  // a buffer the function captured (input == -1)
+};
+
+// Where a captured function's output tensor lives after a replay.
+struct OutputSource {
+  int result = -1;  // a program result (a fresh storage of `nbytes`), or
+  int input = -1;   // the storage of an input (an alias that the function did not write)
+  size_t nbytes = 0;
+};
+
+struct CapturedGraph {
+  int device = 0;
+  std::shared_ptr<CompiledGraph> compiled;  // null when the function computes nothing
+  std::vector<ParamSource> params;
+  std::array<std::string, kNumElementTypes> slot_bytes;
+  std::array<int32_t, kNumElementTypes> slot_count{};
+  std::vector<RandomDraw> draws;
+  std::vector<uint64_t> draw_offsets;  // each draw's offset minus the generator's at capture
+  uint64_t rng_increment = 0;          // how far one call advances the generator
+  std::vector<int> result_inputs;      // per result: the input it overwrites, or -1
+  std::vector<OutputSource> outputs;
+  std::vector<int> input_groups;  // per input: the first input sharing its storage
+  std::vector<std::string> check_whats;
+  int64_t traced_ops = 0;  // op nodes the first call traced (what each replay saves)
+};
+
+// Why a function could not be captured; its calls then trace every time (still correct).
+struct CaptureRefusal {
+  std::string reason;
+};
+
+// Starts recording on `device`: syncs what is pending (so the capture's trace holds the function
+// alone), gives every input a buffer (`dtypes`: their element types, for never-written ones) and
+// returns the epoch that must still be current at FinishCapture.
+uint64_t BeginCapture(int device, const std::vector<LazyStorage*>& inputs,
+                      const std::vector<ElementType>& dtypes);
+
+// Ends the first call: launches its trace (sync cause compiled_call) and describes it. `inputs`
+// and `outputs` are the storages of the function's tensor arguments and results (in order);
+// `rng_begin`/`rng_end` the default generator's offset before and after, `rng_seed` its seed.
+// Returns null and sets `refusal` when the trace cannot be replayed (it was cut by a fallback or
+// the size bound, it wrote a storage that is neither an input nor an output, a random op used
+// another generator); the first call's results are correct either way.
+std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,
+                                             const std::vector<LazyStorage*>& inputs,
+                                             const std::vector<LazyStorage*>& outputs,
+                                             uint64_t rng_seed, uint64_t rng_begin, uint64_t rng_end,
+                                             CaptureRefusal* refusal);
+
+// Whether `inputs` can replay `g`: same aliasing, and each parameter input's buffer of the type
+// the program was compiled for. Materializes pending or never-written inputs (a sync).
+bool InputsMatch(const CapturedGraph& g, const std::vector<LazyStorage*>& inputs,
+                 const std::vector<ElementType>& dtypes);
+
+// Launches `g` on `inputs` (which InputsMatch accepted) with the generator at (seed, offset).
+// Overwritten inputs get their new buffers; returns one buffer per result.
+std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
+                                                     const std::vector<LazyStorage*>& inputs,
+                                                     uint64_t rng_seed, uint64_t rng_offset);
+
+}  // namespace torch_pjrt::graph
