@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/run.py [--skip-inductor]
 
-Every workload runs in a fresh process per backend (pjrt, CPU eager, torch.compile/inductor on
-the CPU) with a fresh, empty compile cache, so first-step times include compilation. Ratios are
+Every workload runs in a fresh process per backend (pjrt lazy, pjrt with
+torch.compile(backend="pjrt"), CPU eager, torch.compile/inductor on the CPU) with a fresh, empty compile cache, so first-step times include compilation. Ratios are
 against CPU eager from the same run.
 """
 
@@ -51,14 +51,33 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
+WORKLOADS = ["tracing", "mlp", "gpt", "cnn", "matmul"]
+COLUMNS = [("pjrt", "pjrt (lazy)"), ("pjrt-compiled", "pjrt compiled"), ("eager", "CPU eager"),
+           ("inductor", "inductor")]
+# (workload, metric label, result key, digits): one table row each.
+ROWS = [
+    ("tracing", "tracing (1000 small elementwise ops, then one sync): µs per op, traced or run", "us_per_op_trace", 2),
+    ("tracing", "tracing, including the sync: µs per op", "us_per_op_total", 2),
+    ("mlp", "MLP 784-2048-2048-10, batch 128, SGD+momentum: training steps/s", "steps_per_s", 1),
+    ("mlp", "MLP: host ms per step (the step call, before its loss is read)", "host_ms_per_step", 2),
+    ("mlp", "MLP: first step (s, includes compile)", "first_step_s", 2),
+    ("mlp", "MLP: peak RSS (MB)", "peak_rss_mb", 0),
+    ("gpt", "GPT (examples/gpt.py, 4x128, batch 16x64), AdamW: training steps/s", "steps_per_s", 2),
+    ("gpt", "GPT: host ms per step", "host_ms_per_step", 2),
+    ("gpt", "GPT: first step (s, includes compile)", "first_step_s", 2),
+    ("cnn", "small CNN inference, batch 64, 3x32x32: images/s", "images_per_s", 0),
+    ("matmul", "1024x1024 float32 matmul: GFLOP/s", "gflops", 1),
+]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-inductor", action="store_true")
     args = parser.parse_args()
-    backends = ["pjrt", "eager"] + ([] if args.skip_inductor else ["inductor"])
+    backends = [b for b, _ in COLUMNS if not (args.skip_inductor and b == "inductor")]
     results = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
                "python": platform.python_version()}
-    for workload in ["tracing", "mlp", "cnn", "matmul"]:
+    for workload in WORKLOADS:
         results[workload] = {b: run_workload(workload, b) for b in backends}
         print(workload, json.dumps(results[workload]), flush=True)
     results["import"] = {"without_torch_pjrt_s": import_time(False), "with_torch_pjrt_s": import_time(True)}
@@ -74,36 +93,23 @@ def main():
         "",
         f"Produced by `.venv/bin/python bench/run.py` on {r['date']} ({r['machine']}, Python {r['python']}).",
         "Each number comes from its own fresh process with an empty compile cache; ratios are against",
-        "CPU eager from the same run. `inductor` is torch.compile on the CPU.",
+        "CPU eager from the same run. `pjrt compiled` is torch.compile(backend=\"pjrt\") on the pjrt",
+        "device (each graph traced once, then replayed); `inductor` is torch.compile on the CPU.",
         "",
-        "| workload | metric | pjrt | CPU eager | inductor | pjrt / eager |",
-        "|---|---|---|---|---|---|",
-        f"| tracing (1000 small elementwise ops, then one sync) | µs per op, traced (pjrt) or run (eager) | "
-        f"{fmt(get('tracing', 'pjrt', 'us_per_op_trace'), 2)} | {fmt(get('tracing', 'eager', 'us_per_op_trace'), 2)} | "
-        f"{fmt(get('tracing', 'inductor', 'us_per_op_trace'), 2)} | "
-        f"{fmt(ratio(get('tracing', 'pjrt', 'us_per_op_trace'), get('tracing', 'eager', 'us_per_op_trace')), 2)} |",
-        f"| tracing, including the sync | µs per op | {fmt(get('tracing', 'pjrt', 'us_per_op_total'), 2)} | "
-        f"{fmt(get('tracing', 'eager', 'us_per_op_total'), 2)} | {fmt(get('tracing', 'inductor', 'us_per_op_total'), 2)} | "
-        f"{fmt(ratio(get('tracing', 'pjrt', 'us_per_op_total'), get('tracing', 'eager', 'us_per_op_total')), 2)} |",
-        f"| MLP 784-2048-2048-10, batch 128, SGD+momentum | training steps/s | {fmt(get('mlp', 'pjrt', 'steps_per_s'))} | "
-        f"{fmt(get('mlp', 'eager', 'steps_per_s'))} | {fmt(get('mlp', 'inductor', 'steps_per_s'))} | "
-        f"{fmt(ratio(get('mlp', 'pjrt', 'steps_per_s'), get('mlp', 'eager', 'steps_per_s')), 2)} |",
-        f"| MLP | first step (s, includes compile) | {fmt(get('mlp', 'pjrt', 'first_step_s'), 2)} | "
-        f"{fmt(get('mlp', 'eager', 'first_step_s'), 2)} | {fmt(get('mlp', 'inductor', 'first_step_s'), 2)} | "
-        f"{fmt(ratio(get('mlp', 'pjrt', 'first_step_s'), get('mlp', 'eager', 'first_step_s')), 1)} |",
-        f"| MLP | peak RSS (MB) | {fmt(get('mlp', 'pjrt', 'peak_rss_mb'), 0)} | {fmt(get('mlp', 'eager', 'peak_rss_mb'), 0)} | "
-        f"{fmt(get('mlp', 'inductor', 'peak_rss_mb'), 0)} | "
-        f"{fmt(ratio(get('mlp', 'pjrt', 'peak_rss_mb'), get('mlp', 'eager', 'peak_rss_mb')), 2)} |",
-        f"| small CNN inference, batch 64, 3x32x32 | images/s | {fmt(get('cnn', 'pjrt', 'images_per_s'), 0)} | "
-        f"{fmt(get('cnn', 'eager', 'images_per_s'), 0)} | {fmt(get('cnn', 'inductor', 'images_per_s'), 0)} | "
-        f"{fmt(ratio(get('cnn', 'pjrt', 'images_per_s'), get('cnn', 'eager', 'images_per_s')), 2)} |",
-        f"| 1024x1024 float32 matmul | GFLOP/s | {fmt(get('matmul', 'pjrt', 'gflops'))} | {fmt(get('matmul', 'eager', 'gflops'))} | "
-        f"{fmt(get('matmul', 'inductor', 'gflops'))} | "
-        f"{fmt(ratio(get('matmul', 'pjrt', 'gflops'), get('matmul', 'eager', 'gflops')), 2)} |",
+        "| workload: metric | " + " | ".join(label for b, label in COLUMNS) + " | pjrt / eager | compiled / eager |",
+        "|---|" + "---|" * (len(COLUMNS) + 2),
+    ]
+    for workload, label, key, digits in ROWS:
+        values = [fmt(get(workload, b, key), digits) for b, _ in COLUMNS]
+        eager = get(workload, "eager", key)
+        lines.append(f"| {label} | " + " | ".join(values) +
+                     f" | {fmt(ratio(get(workload, 'pjrt', key), eager), 2)}"
+                     f" | {fmt(ratio(get(workload, 'pjrt-compiled', key), eager), 2)} |")
+    lines += [
         "",
         "| check | value |",
         "|---|---|",
-        f"| MLP executions per training step (after warm-up) | {fmt(get('mlp', 'pjrt', 'executions_per_step'), 2)} |",
+        f"| MLP executions per training step (after warm-up): lazy / compiled | {fmt(get('mlp', 'pjrt', 'executions_per_step'), 2)} / {fmt(get('mlp', 'pjrt-compiled', 'executions_per_step'), 2)} |",
         f"| MLP compiles / CPU fallbacks during the timed loop | {get('mlp', 'pjrt', 'compiles_in_loop')} / {get('mlp', 'pjrt', 'fallbacks_in_loop')} |",
         f"| StableHLO lowerings / compiles on a cache hit (tracing loop) | {get('tracing', 'pjrt', 'lowered_on_cache_hit')} / {get('tracing', 'pjrt', 'compiled_on_cache_hit')} |",
         f"| `import torch` without torch_pjrt (autoload off) | {r['import']['without_torch_pjrt_s']:.3f} s |",
@@ -111,7 +117,7 @@ def main():
         f"| difference | {r['import']['with_torch_pjrt_s'] - r['import']['without_torch_pjrt_s']:+.3f} s |",
         "",
     ]
-    errors = {f"{w}/{b}": v["error"] for w in ["tracing", "mlp", "cnn", "matmul"] for b, v in r[w].items() if "error" in v}
+    errors = {f"{w}/{b}": v["error"] for w in WORKLOADS for b, v in r[w].items() if "error" in v}
     if errors:
         lines += ["Errors:", ""] + [f"- {k}: {v}" for k, v in errors.items()] + [""]
     with open(os.path.join(HERE, "results.md"), "w") as f:

@@ -219,19 +219,23 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   GraphLock lock;
   Metrics::Increment(Counter::kGraphReplays);
   if (!g.compiled) return {};
-  std::vector<std::shared_ptr<runtime::Buffer>> slots = SlotBuffers(g, rng_seed, rng_offset);
+  // Parameters, then the value-scalar arrays (the order LowerTrace declared them in).
+  std::vector<std::shared_ptr<runtime::Buffer>> arguments;
+  for (const ParamSource& p : g.params) arguments.push_back(p.input >= 0 ? inputs[p.input]->buffer() : p.constant);
+  for (auto& b : SlotBuffers(g, rng_seed, rng_offset)) arguments.push_back(std::move(b));
   std::vector<PJRT_Buffer*> args;
-  args.reserve(g.params.size() + slots.size());
-  for (const ParamSource& p : g.params) {
-    args.push_back(p.input >= 0 ? inputs[p.input]->buffer()->raw() : p.constant->raw());
-  }
-  for (const auto& b : slots) args.push_back(b->raw());
+  args.reserve(arguments.size());
+  for (const auto& b : arguments) args.push_back(b->raw());
+  std::vector<std::shared_ptr<runtime::Buffer>> read = arguments;
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
-    results = g.compiled->executable->Execute(args, g.device, {});
+    results = g.compiled->executable->Execute(args, g.device, {}, std::move(arguments));
   }
   Metrics::Increment(Counter::kExecutions);
+  // Earlier graphs' index checks are not waited for (that would stall the host until they ran):
+  // results computed from what they guard are guarded too.
+  PropagateIndexChecks(g.device, read, results);
   if (!g.check_whats.empty()) ExpectChecks(g, results);
   for (size_t r = 0; r < g.result_inputs.size(); ++r) {
     if (g.result_inputs[r] >= 0) inputs[g.result_inputs[r]]->SetBuffer(results[r]);

@@ -577,18 +577,28 @@ void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGrap
     compiled = CompileGraph(key, device, cause, trace, g);
     cache.Insert(key, compiled);
   }
-  std::vector<std::shared_ptr<runtime::Buffer>> slot_buffers;
-  std::vector<PJRT_Buffer*> args = Arguments(device, trace, *compiled, &slot_buffers);
+  std::vector<std::shared_ptr<runtime::Buffer>> keep_alive;
+  std::vector<PJRT_Buffer*> args = Arguments(device, trace, *compiled, &keep_alive);
   std::vector<runtime::Buffer*> donated;
   for (const auto& [p, o] : g.donations) donated.push_back(trace.params[p]->buffer.get());
+  for (const NodeRef& p : trace.params) keep_alive.push_back(p->buffer);
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
-    results = compiled->executable->Execute(args, device, donated);
+    results = compiled->executable->Execute(args, device, donated, std::move(keep_alive));
   }
   Metrics::Increment(Counter::kExecutions);
   if (record != nullptr) Describe(trace, g, compiled, record);
   Publish(device, trace, g, *compiled, std::move(results));
+}
+
+// After a launch that did not wait for earlier index checks: its results are guarded by every
+// pending check guarding a buffer it read.
+void InheritIndexChecks(int device, const DeviceTrace& trace, const PendingGraph& g) {
+  std::vector<std::shared_ptr<runtime::Buffer>> read, written;
+  for (const NodeRef& p : trace.params) read.push_back(p->buffer);
+  for (LazyStorage* s : g.targets) written.push_back(s->buffer());
+  PropagateIndexChecks(device, read, written);
 }
 
 }  // namespace
@@ -598,8 +608,10 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   if (device >= NumTracedDevices()) return;
   DeviceTrace& trace = Trace(device);
   // Earlier graphs' index checks are settled before this graph runs, so nothing computed from an
-  // out-of-range index is used silently; the failure is raised below, at this sync point.
-  DeferredErrorPtr failure = ResolveIndexChecks(device);
+  // out-of-range index is used silently; the failure is raised below, at this sync point. Syncs
+  // for a compiled call (before a replay) do not wait: their results inherit the checks instead.
+  bool wait_for_checks = cause != SyncCause::kCompiledCall;
+  DeferredErrorPtr failure = wait_for_checks ? ResolveIndexChecks(device) : nullptr;
   PendingGraph g = CollectTargets(trace);
   if (failure) DropTargetsReadingPoison(&g);
   if (!g.outputs.empty()) {
@@ -607,6 +619,7 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
     Metrics::IncrementNamed(std::string("Sync::") + SyncCauseName(cause));
     try {
       RunGraph(device, cause, trace, g, record);
+      if (!wait_for_checks) InheritIndexChecks(device, trace, g);
     } catch (const std::exception& e) {
       // Storages that were to be computed by this graph now report the error when read.
       auto* device_error = dynamic_cast<const DeviceError*>(&e);

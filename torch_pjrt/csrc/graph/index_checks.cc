@@ -1,5 +1,7 @@
 #include "graph/index_checks.h"
 
+#include <unordered_set>
+
 #include <cstdint>
 #include <unordered_map>
 
@@ -105,6 +107,20 @@ std::vector<std::vector<int>> CheckDependents(const std::vector<IndexCheck>& che
 void ExpectIndexChecks(int device, std::shared_ptr<runtime::Buffer> results, std::vector<std::string> whats,
                        std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents) {
   Launched().push_back(LaunchedChecks{device, std::move(results), std::move(whats), std::move(dependents)});
+}
+
+void PropagateIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& read,
+                          const std::vector<std::shared_ptr<runtime::Buffer>>& written) {
+  std::unordered_set<const runtime::Buffer*> inputs;
+  for (const auto& b : read) inputs.insert(b.get());
+  for (LaunchedChecks& launched : Launched()) {
+    if (launched.device != device) continue;
+    for (auto& guarded : launched.dependents) {
+      bool reads_guarded = false;
+      for (const auto& b : guarded) reads_guarded = reads_guarded || inputs.count(b.get());
+      if (reads_guarded) guarded.insert(guarded.end(), written.begin(), written.end());
+    }
+  }
 }
 
 DeferredErrorPtr ResolveIndexChecks(int device) {

@@ -30,6 +30,13 @@ std::vector<std::vector<int>> CheckDependents(const std::vector<IndexCheck>& che
 void ExpectIndexChecks(int device, std::shared_ptr<runtime::Buffer> results, std::vector<std::string> whats,
                        std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents);
 
+// Without waiting for earlier checks: a launch that read any buffer a pending check guards
+// (`read`) makes its results (`written`) guarded by that check too, so a failure found later
+// poisons them as well. Used where waiting would stall the host for nothing (torch.compile's
+// replays); reads to the host still resolve every check first. Caller holds the graph lock.
+void PropagateIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& read,
+                          const std::vector<std::shared_ptr<runtime::Buffer>>& written);
+
 // Waits for the checks of graphs launched on `device` (-1: every device), poisons what failed
 // checks spoiled, and returns the first failure (null when all indices were in range). Caller
 // holds the graph lock.

@@ -48,6 +48,11 @@ struct InFlight {
   const Client* client;
   int device;
   PJRT_Event* event;
+  // The execution's argument buffers, released once it finished: destroying a PJRT buffer that a
+  // running execution reads blocks until that execution is done, so a host that drops its last
+  // reference right after the launch (a trace's value scalars, an old parameter) would wait for
+  // the device instead of tracing the next step.
+  std::vector<std::shared_ptr<Buffer>> arguments;
 };
 std::mutex g_inflight_mutex;
 std::deque<InFlight> g_inflight;
@@ -180,7 +185,8 @@ std::string Executable::Serialize() const {
 }
 
 std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_Buffer*>& args, int device,
-                                                         const std::vector<Buffer*>& donated) const {
+                                                         const std::vector<Buffer*>& donated,
+                                                         std::vector<std::shared_ptr<Buffer>> keep_alive) const {
   const Plugin& plugin = client_->plugin();
   std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
   PJRT_Buffer* const* arg_list = args.data();
@@ -205,7 +211,7 @@ std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_
   result.reserve(outputs.size());
   for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(client_, b, device));
   std::lock_guard<std::mutex> lock(g_inflight_mutex);
-  if (complete != nullptr) g_inflight.push_back({client_.get(), device, complete});
+  if (complete != nullptr) g_inflight.push_back({client_.get(), device, complete, std::move(keep_alive)});
   PruneFinished(plugin);
   return result;
 }

@@ -33,8 +33,11 @@ class Executable {
   // device finishes. Inputs listed in the program's tf.aliasing_output attributes are consumed:
   // `donated` (their Buffers) are marked donated once the launch succeeded, before the outputs are
   // counted, so memory statistics never count a donated input and its output at once.
+  // `keep_alive` (the argument buffers) is held until the execution finished: dropping the last
+  // reference to an argument earlier would block the host until then.
   std::vector<std::shared_ptr<Buffer>> Execute(const std::vector<PJRT_Buffer*>& args, int device,
-                                               const std::vector<Buffer*>& donated = {}) const;
+                                               const std::vector<Buffer*>& donated = {},
+                                               std::vector<std::shared_ptr<Buffer>> keep_alive = {}) const;
 
  private:
   Executable(std::shared_ptr<Client> client, PJRT_LoadedExecutable* loaded);
