@@ -214,3 +214,16 @@ def test_a_new_process_loads_the_compiled_graphs_from_the_disk_cache(tmp_path):
     first, second = ([int(v) for v in r.stdout.split()] for r in runs)
     assert first[0] >= 1 and first[2] == 1
     assert second[0] == 0 and second[1] >= 1 and second[2] == 1
+
+
+def test_values_computed_from_a_failed_index_check_stay_poisoned_through_replays():
+    compiled = torch.compile(lambda t: t * 2 + 1, backend="pjrt")
+    weight = torch.randn(10, 3)
+    device_weight = weight.to("pjrt")
+    for bad in (12, 15):  # the capture, then a replay: neither waits for the lookup's check
+        looked_up = device_weight[torch.tensor([1, bad], device="pjrt")]
+        out = compiled(looked_up)
+        with pytest.raises(IndexError, match="out of bounds"):
+            out.cpu()
+    good = compiled(device_weight[torch.tensor([3, 4], device="pjrt")])
+    torch.testing.assert_close(good.cpu(), weight[[3, 4]] * 2 + 1)
