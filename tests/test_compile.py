@@ -227,3 +227,16 @@ def test_values_computed_from_a_failed_index_check_stay_poisoned_through_replays
             out.cpu()
     good = compiled(device_weight[torch.tensor([3, 4], device="pjrt")])
     torch.testing.assert_close(good.cpu(), weight[[3, 4]] * 2 + 1)
+
+
+def test_eval_batch_norm_cnn_matches_cpu():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()).eval()
+    model[1].running_mean.uniform_(-1, 1)
+    model[1].running_var.uniform_(0.5, 2)
+    compiled = torch.compile(copy.deepcopy(model).to("pjrt"), backend="pjrt")
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for _ in range(2):  # AOT graphs call _native_batch_norm_legit_no_training
+            torch.testing.assert_close(compiled(x.to("pjrt")).cpu(), model(x), rtol=1e-4, atol=1e-5)

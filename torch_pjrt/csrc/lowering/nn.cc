@@ -258,8 +258,11 @@ std::vector<Val> LowerBatchNormLegitNoStats(LowerCtx& c) {
   return BatchNorm(c, 1, 2, 100, 101, true, c.double_arg(4), c.double_arg(5), 3);
 }
 // _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean, running_var, momentum, eps)
+// Its running statistics are read-only (no mutation outputs), unlike _native_batch_norm_legit's.
 std::vector<Val> LowerBatchNormLegitNoTraining(LowerCtx& c) {
-  return BatchNorm(c, 1, 2, 3, 4, false, c.double_arg(5), c.double_arg(6), 3);
+  std::vector<Val> r = BatchNorm(c, 1, 2, 3, 4, false, c.double_arg(5), c.double_arg(6), 3);
+  r.resize(3);
+  return r;
 }
 // _batch_norm_with_update(input, weight?, bias?, running_mean!, running_var!, momentum, eps)
 //   -> (output, save_mean, save_invstd, reserve)
