@@ -11,18 +11,6 @@ namespace torch_pjrt::lowering {
 
 namespace {
 
-// Full coordinates [..., rank] for an elementwise scatter along `dim`: `index` there, iota elsewhere.
-Val DimCoords(Emitter& e, const Val& index, int64_t dim, int64_t rank, int64_t size) {
-  Dims with_vec = index.dims();
-  with_vec.push_back(1);
-  std::vector<Val> parts;
-  for (int64_t d = 0; d < rank; ++d) {
-    Val comp = d == dim ? WrapNegative(e, index, size) : e.Iota(TensorType{ElementType::kS64, index.dims()}, d);
-    parts.push_back(e.Reshape(comp, with_vec));
-  }
-  return e.Concatenate(parts, index.rank());
-}
-
 // x.scatter_(dim, index, updates) combined with `combine` ("" replaces).
 Val ScatterElements(Emitter& e, const Val& x, int64_t dim, const Val& index, const Val& updates,
                     std::string_view combine) {
@@ -33,7 +21,7 @@ Val ScatterElements(Emitter& e, const Val& x, int64_t dim, const Val& index, con
     s.scatter_dims_to_operand_dims.push_back(i);
   }
   s.index_vector_dim = index.rank();
-  return e.Scatter(x, DimCoords(e, index, dim, x.rank(), x.dims()[dim]), updates, s, combine);
+  return e.Scatter(x, DimIndices(e, index, dim, x.rank(), x.dims()[dim]), updates, s, combine);
 }
 
 // Slices of `updates` (x's shape with dim of size k) into x at the k positions `index` along dim.
