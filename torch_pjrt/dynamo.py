@@ -21,6 +21,7 @@ Executables are the lazy path's: a captured graph compiles through the same memo
 
 from __future__ import annotations
 
+import itertools
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -30,22 +31,17 @@ from functorch.compile import make_boxed_func
 from torch.utils import _pytree as pytree
 
 from . import _C
+from .metrics import DYNAMO_PREFIX, fallbacks
 
 __all__ = ["pjrt_backend", "CapturedGraph"]
 
 def _count(name: str, by: int = 1) -> None:
-    from .metrics import DYNAMO_PREFIX
     _C._increment_counter(DYNAMO_PREFIX + name, by)
 
 
 def _log(message: str) -> None:
     if _C._log_compiles():
         print(f"[torch_pjrt] torch.compile: {message}", file=sys.stderr)
-
-
-def _fallbacks() -> Dict[str, int]:
-    from .metrics import fallbacks
-    return fallbacks()
 
 
 def _signature(args: Sequence[Any]) -> tuple:
@@ -91,7 +87,7 @@ class CapturedGraph:
         if not _capturable_inputs(args):
             return self._keep_tracing(key, "it takes a CPU tensor that is not a 0-d scalar", self.gm(*args))
         positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        fallbacks_before = _fallbacks()
+        fallbacks_before = fallbacks()
         start, tensors = _C._capture_begin([args[i] for i in positions])
         for i, t in zip(positions, tensors):
             args[i] = t
@@ -102,7 +98,7 @@ class CapturedGraph:
             self._calls[key] = _Replayable(call, leaves, spec)
             _log(f"captured {self.name}: {call.traced_ops} traced ops, replayed as one execution")
             return out
-        fell_back = {op for op, n in _fallbacks().items() if n > fallbacks_before.get(op, 0)}
+        fell_back = {op for op, n in fallbacks().items() if n > fallbacks_before.get(op, 0)}
         split = _split(self.gm, lambda node: _op_name(node.target) not in fell_back, self.name) \
             if fell_back and self.may_split else None
         if split is not None:
@@ -192,7 +188,7 @@ def _split(gm: torch.fx.GraphModule, supported: Callable[[torch.fx.Node], bool],
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Callable:
     _count("graphs")
-    name = f"graph {_count_graphs.next()}"
+    name = f"graph {next(_graph_numbers)}"
     if all(_on_pjrt(n) for n in gm.graph.nodes if n.op == "call_function"):
         return CapturedGraph(gm, name)
     # Mixed graphs (an optimizer's CPU step counts): the CPU nodes run eagerly between captures.
@@ -201,16 +197,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Calla
     return make_boxed_func(split) if split is not None else CapturedGraph(gm, name, may_split=False)
 
 
-class _Counter:
-    def __init__(self):
-        self.n = 0
-
-    def next(self) -> int:
-        self.n += 1
-        return self.n
-
-
-_count_graphs = _Counter()
+_graph_numbers = itertools.count(1)  # names graphs in compile logs
 
 
 def _device_interface():
@@ -242,15 +229,8 @@ def _device_interface():
         synchronize = staticmethod(pjrt.synchronize)
         memory_allocated = staticmethod(pjrt.memory_allocated)
 
-        @staticmethod
-        def exchange_device(device: int) -> int:
-            previous = pjrt.current_device()
-            pjrt.set_device(device)
-            return previous
-
-        @staticmethod
-        def maybe_exchange_device(device: int) -> int:
-            return PjrtInterface.exchange_device(device)
+        exchange_device = staticmethod(_C._exchange_device)
+        maybe_exchange_device = staticmethod(_C._exchange_device)
 
         @staticmethod
         def get_device_properties(device=None) -> Any:

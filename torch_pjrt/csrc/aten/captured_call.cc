@@ -4,10 +4,8 @@
 #include <ATen/Context.h>
 #include <c10/core/TensorImpl.h>
 
-#include <mutex>
-
 #include "aten/lazy_tensor.h"
-#include "runtime/runtime.h"
+#include "aten/transfer.h"
 
 namespace torch_pjrt::aten {
 
@@ -40,42 +38,22 @@ std::vector<ElementType> ElementTypes(const std::vector<at::Tensor>& tensors) {
 
 // The default generator's (seed, offset), advanced by `increment` (one replay's draws).
 std::pair<uint64_t, uint64_t> TakeRandomOffsets(int device, uint64_t increment) {
-  at::Generator gen = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device));
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  c10::GeneratorImpl* impl = gen.unsafeGetGeneratorImpl();
-  uint64_t offset = impl->get_offset();
-  impl->set_offset(offset + increment);
-  return {impl->current_seed(), offset};
+  return ReserveRandomOffsets(
+      at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device)), increment);
 }
 
 at::Tensor ViewOver(const c10::Storage& storage, const CapturedCall::OutputView& v) {
-  auto tensor = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-      caffe2::TypeMeta::fromScalarType(v.dtype));
-  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(v.sizes, v.strides, v.storage_offset);
-  return tensor;
-}
-
-c10::Storage StorageWithBuffer(size_t nbytes, int device, std::shared_ptr<runtime::Buffer> buffer) {
-  auto impl = c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), nbytes, AllocateLazyStorage(nbytes, static_cast<c10::DeviceIndex>(device)),
-      c10::GetAllocator(c10::DeviceType::PrivateUse1), /*resizable=*/true);
-  c10::Storage storage(std::move(impl));
-  graph::GraphLock lock;
-  StorageOf(storage)->SetBuffer(std::move(buffer));
-  return storage;
+  return TensorOver(storage, v.sizes, v.strides, v.storage_offset, v.dtype);
 }
 
 // A 0-d CPU tensor (an optimizer's step count) as a pjrt tensor with a buffer of its own: the
-// program reads it as a parameter. A lazy copy would be a pending fill, one more sync per call.
+// program reads it as a parameter. `.to("pjrt")` would make it a pending fill, one more sync per call.
 at::Tensor UploadScalar(const at::Tensor& cpu, int device) {
   TORCH_CHECK(cpu.device().is_cpu() && cpu.dim() == 0, "pjrt: a captured graph takes pjrt tensors and 0-d "
               "CPU tensors, got a ", cpu.dim(), "-d tensor on ", cpu.device());
-  at::Tensor host = cpu.contiguous();
-  auto buffer = runtime::Buffer::FromHost(runtime::GetClient(), device, ToElementType(host.scalar_type()), {},
-                                          host.data_ptr());
-  c10::Storage storage = StorageWithBuffer(host.element_size(), device, std::move(buffer));
-  return ViewOver(storage, {{}, {}, 0, host.scalar_type()});
+  at::Tensor scalar = EmptyContiguous({}, cpu.scalar_type(), static_cast<c10::DeviceIndex>(device));
+  CopyFromHost(cpu, scalar);
+  return scalar;
 }
 
 std::vector<at::Tensor> OnDevice(const std::vector<at::Tensor>& inputs, int device) {
@@ -141,7 +119,11 @@ std::optional<std::vector<at::Tensor>> Replay(const CapturedCall& call, const st
       continue;
     }
     c10::Storage& storage = result_storages[src.result];
-    if (!storage) storage = StorageWithBuffer(src.nbytes, g.device, results[src.result]);
+    if (!storage) {
+      storage = NewStorage(src.nbytes, static_cast<c10::DeviceIndex>(g.device));
+      graph::GraphLock lock;
+      StorageOf(storage)->SetBuffer(results[src.result]);
+    }
     outputs.push_back(ViewOver(storage, call.outputs[i]));
   }
   return outputs;

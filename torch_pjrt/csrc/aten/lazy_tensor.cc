@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <mutex>
 
 #include "aten/dtype_policy.h"
 #include "runtime/runtime.h"
@@ -117,19 +118,34 @@ graph::TensorView ViewOf(const at::Tensor& t) {
   return v;
 }
 
+std::pair<uint64_t, uint64_t> ReserveRandomOffsets(at::Generator gen, uint64_t increment) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  c10::GeneratorImpl* impl = gen.unsafeGetGeneratorImpl();
+  uint64_t offset = impl->get_offset();
+  impl->set_offset(offset + increment);
+  return {impl->current_seed(), offset};
+}
+
+c10::Storage NewStorage(size_t nbytes, c10::DeviceIndex device) {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), nbytes, AllocateLazyStorage(nbytes, device),
+      c10::GetAllocator(c10::DeviceType::PrivateUse1), /*resizable=*/true));
+}
+
+at::Tensor TensorOver(c10::Storage storage, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset,
+                      c10::ScalarType dtype) {
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), caffe2::TypeMeta::fromScalarType(dtype));
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+  return tensor;
+}
+
 at::Tensor EmptyStrided(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                         c10::DeviceIndex device) {
   ToElementType(dtype);  // rejects dtypes pjrt tensors cannot hold with a TypeError
   CheckDtypeSupported(dtype);  // and those the active plugin does not support
-  caffe2::TypeMeta meta = caffe2::TypeMeta::fromScalarType(dtype);
-  size_t nbytes = at::detail::computeStorageNbytes(sizes, strides, meta.itemsize());
-  auto storage = c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), nbytes, AllocateLazyStorage(nbytes, device),
-      c10::GetAllocator(c10::DeviceType::PrivateUse1), /*resizable=*/true);
-  auto tensor = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), meta);
-  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
-  return tensor;
+  size_t nbytes = at::detail::computeStorageNbytes(sizes, strides, c10::elementSize(dtype));
+  return TensorOver(NewStorage(nbytes, device), sizes, strides, 0, dtype);
 }
 
 at::Tensor EmptyContiguous(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex device) {

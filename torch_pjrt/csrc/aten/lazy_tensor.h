@@ -2,8 +2,11 @@
 // LazyStorage, describing it as a strided view, creating empty pjrt tensors.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
+
+#include <utility>
 
 #include "graph/trace.h"
 
@@ -19,6 +22,12 @@ graph::LazyStorage* StorageOf(const at::Tensor& t);
 graph::LazyStorage* StorageOf(const c10::Storage& s);
 graph::TensorView ViewOf(const at::Tensor& t);
 
+// A new storage of `nbytes` on `device`, never written (reads as zeros).
+c10::Storage NewStorage(size_t nbytes, c10::DeviceIndex device);
+// A pjrt tensor viewing `storage` with these sizes, strides and storage offset.
+at::Tensor TensorOver(c10::Storage storage, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset,
+                      c10::ScalarType dtype);
+
 // An uninitialized pjrt tensor (reads as zeros) with exactly these sizes and strides.
 at::Tensor EmptyStrided(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                         c10::DeviceIndex device);
@@ -31,6 +40,10 @@ void WriteValue(const at::Tensor& t, graph::Value v);
 
 // Converts `v` to `dtype` and broadcasts it to `sizes` (no nodes when already matching).
 graph::Value Coerce(graph::Value v, ElementType dtype, c10::IntArrayRef sizes, int device);
+
+// Reserves `increment` counter values of the pjrt generator `gen`: returns its seed and the first
+// reserved offset (random ops read both as value scalars).
+std::pair<uint64_t, uint64_t> ReserveRandomOffsets(at::Generator gen, uint64_t increment);
 
 // The calling thread's current pjrt device (what torch.pjrt.set_device and device guards change).
 c10::DeviceIndex CurrentDevice();

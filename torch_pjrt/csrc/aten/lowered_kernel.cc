@@ -443,14 +443,7 @@ Arg RandomState(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const M
     if (iv.isTensor() && iv.toTensor().defined()) largest = std::max(largest, iv.toTensor().numel());
   }
   uint64_t increment = (static_cast<uint64_t>(2 * largest) + 3) / 4 * 4;
-  uint64_t seed, offset;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    c10::GeneratorImpl* impl = gen.unsafeGetGeneratorImpl();
-    seed = impl->current_seed();
-    offset = impl->get_offset();
-    impl->set_offset(offset + increment);
-  }
+  auto [seed, offset] = ReserveRandomOffsets(gen, increment);
   graph::Value seed_slot = graph::MakeSlot(device, ElementType::kU64, &seed);
   graph::Value offset_slot = graph::MakeSlot(device, ElementType::kU64, &offset);
   graph::NoteRandomDraw(device, seed_slot, offset_slot);

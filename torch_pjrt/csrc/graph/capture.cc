@@ -6,16 +6,15 @@
 #include "graph/compile_cache.h"
 #include "graph/index_checks.h"
 #include "graph/metrics.h"
-#include "runtime/runtime.h"
 
 namespace torch_pjrt::graph {
 
 namespace {
 
-// Gives every input a buffer: pending values are computed (one sync), never-written storages
-// become explicit zeros. A replayed program reads inputs as parameters, so none may be folded
-// into the trace as a pending expression or a zeros constant.
-void Materialize(int device, const std::vector<LazyStorage*>& inputs, const std::vector<ElementType>& dtypes) {
+// Readies inputs to be read as parameters: never-written storages get explicit zeros (the trace
+// would otherwise fold them into a zeros constant); failed ones raise. Returns whether any input
+// is still a pending value, which needs a sync to become a buffer.
+bool PrepareInputs(const std::vector<LazyStorage*>& inputs, const std::vector<ElementType>& dtypes) {
   bool pending = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     LazyStorage* s = inputs[i];
@@ -24,22 +23,7 @@ void Materialize(int device, const std::vector<LazyStorage*>& inputs, const std:
     if (!s->has_buffer() && !s->has_pending()) s->SetPending(StorageValue(s, dtypes[i]));
     pending = pending || s->has_pending();
   }
-  if (pending) SyncDevice(device, SyncCause::kCompiledCall);
-}
-
-// Per input: the index of the first input with the same storage (replays must alias alike).
-std::vector<int> InputGroups(const std::vector<LazyStorage*>& inputs) {
-  std::vector<int> groups(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    groups[i] = static_cast<int>(i);
-    for (size_t j = 0; j < i; ++j) {
-      if (inputs[j] == inputs[i]) {
-        groups[i] = static_cast<int>(j);
-        break;
-      }
-    }
-  }
-  return groups;
+  return pending;
 }
 
 int IndexOf(const std::vector<LazyStorage*>& list, const LazyStorage* s) {
@@ -47,6 +31,13 @@ int IndexOf(const std::vector<LazyStorage*>& list, const LazyStorage* s) {
     if (list[i] == s) return static_cast<int>(i);
   }
   return -1;
+}
+
+// Per input: the index of the first input with the same storage (replays must alias alike).
+std::vector<int> InputGroups(const std::vector<LazyStorage*>& inputs) {
+  std::vector<int> groups;
+  for (const LazyStorage* s : inputs) groups.push_back(IndexOf(inputs, s));
+  return groups;
 }
 
 // A storage written by the trace that the replay could not hand to anyone.
@@ -112,8 +103,8 @@ bool MapOutputs(const std::vector<LazyStorage*>& inputs, const std::vector<LazyS
 uint64_t BeginCapture(int device, const std::vector<LazyStorage*>& inputs,
                       const std::vector<ElementType>& dtypes) {
   GraphLock lock;
-  SyncDevice(device, SyncCause::kCompiledCall);
-  Materialize(device, inputs, dtypes);
+  PrepareInputs(inputs, dtypes);
+  SyncDevice(device, SyncCause::kCompiledCall);  // the capture's trace holds the function alone
   return Trace(device).epoch;
 }
 
@@ -165,7 +156,7 @@ bool InputsMatch(const CapturedGraph& g, const std::vector<LazyStorage*>& inputs
                  const std::vector<ElementType>& dtypes) {
   if (inputs.size() != g.input_groups.size() || InputGroups(inputs) != g.input_groups) return false;
   GraphLock lock;
-  Materialize(g.device, inputs, dtypes);
+  if (PrepareInputs(inputs, dtypes)) SyncDevice(g.device, SyncCause::kCompiledCall);
   if (!g.compiled) return true;
   for (size_t k = 0; k < g.params.size(); ++k) {
     if (g.params[k].input < 0) continue;
@@ -184,7 +175,6 @@ namespace {
 
 // The value-scalar arrays of one replay: the captured ones with the random draws re-seeded.
 std::vector<std::shared_ptr<runtime::Buffer>> SlotBuffers(const CapturedGraph& g, uint64_t seed, uint64_t offset) {
-  auto client = runtime::GetClient();
   std::array<std::string, kNumElementTypes> bytes = g.slot_bytes;
   std::string& u64 = bytes[static_cast<size_t>(ElementType::kU64)];
   for (size_t d = 0; d < g.draws.size(); ++d) {
@@ -192,23 +182,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> SlotBuffers(const CapturedGraph& g
     std::memcpy(&u64[8 * g.draws[d].seed_slot], &seed, 8);
     std::memcpy(&u64[8 * g.draws[d].offset_slot], &draw_offset, 8);
   }
-  std::vector<std::shared_ptr<runtime::Buffer>> buffers;
-  for (size_t k = 0; k < kNumElementTypes; ++k) {
-    if (g.slot_count[k] == 0) continue;
-    std::vector<int64_t> dims{g.slot_count[k]};
-    buffers.push_back(runtime::Buffer::FromHost(client, g.device, static_cast<ElementType>(k), dims, bytes[k].data()));
-  }
-  return buffers;
-}
-
-// Index checks of a replay are settled at the next sync point, as for a traced graph.
-void ExpectChecks(const CapturedGraph& g, const std::vector<std::shared_ptr<runtime::Buffer>>& results) {
-  std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents;
-  for (const std::vector<int>& outputs : g.compiled->check_dependents) {
-    dependents.emplace_back();
-    for (int o : outputs) dependents.back().push_back(results[o]);
-  }
-  ExpectIndexChecks(g.device, results.back(), g.check_whats, std::move(dependents));
+  return UploadValueScalars(g.device, bytes, g.slot_count);
 }
 
 }  // namespace
@@ -236,7 +210,8 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   // Earlier graphs' index checks are not waited for (that would stall the host until they ran):
   // results computed from what they guard are guarded too.
   PropagateIndexChecks(g.device, read, results);
-  if (!g.check_whats.empty()) ExpectChecks(g, results);
+  // Its own index checks are settled at the next sync point, as for a traced graph.
+  if (!g.check_whats.empty()) ExpectIndexChecks(g.device, results, g.check_whats, g.compiled->check_dependents);
   for (size_t r = 0; r < g.result_inputs.size(); ++r) {
     if (g.result_inputs[r] >= 0) inputs[g.result_inputs[r]]->SetBuffer(results[r]);
   }

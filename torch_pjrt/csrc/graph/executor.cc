@@ -360,6 +360,19 @@ std::string PluginFingerprint() {
   return fp;
 }
 
+std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
+    int device, const std::array<std::string, kNumElementTypes>& bytes,
+    const std::array<int32_t, kNumElementTypes>& count) {
+  auto client = runtime::GetClient();
+  std::vector<std::shared_ptr<runtime::Buffer>> buffers;
+  for (size_t k = 0; k < kNumElementTypes; ++k) {
+    if (count[k] == 0) continue;
+    std::vector<int64_t> dims{count[k]};
+    buffers.push_back(runtime::Buffer::FromHost(client, device, static_cast<ElementType>(k), dims, bytes[k].data()));
+  }
+  return buffers;
+}
+
 namespace {
 
 // What one sync computes: the storages written since the last sync and their new values, plus
@@ -497,16 +510,12 @@ std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause 
 // checked against what the program was compiled for (PJRT's Execute does not check).
 std::vector<PJRT_Buffer*> Arguments(int device, const DeviceTrace& trace, const CompiledGraph& compiled,
                                     std::vector<std::shared_ptr<runtime::Buffer>>* keep_alive) {
-  auto client = runtime::GetClient();
   std::vector<PJRT_Buffer*> args;
   args.reserve(compiled.arg_types.size());
   for (const NodeRef& p : trace.params) args.push_back(p->buffer->raw());
-  for (size_t k = 0; k < kNumElementTypes; ++k) {
-    if (trace.slot_count[k] == 0) continue;
-    std::vector<int64_t> dims{trace.slot_count[k]};
-    keep_alive->push_back(runtime::Buffer::FromHost(client, device, static_cast<ElementType>(k), dims,
-                                                    trace.slot_bytes[k].data()));
-    args.push_back(keep_alive->back()->raw());
+  for (auto& b : UploadValueScalars(device, trace.slot_bytes, trace.slot_count)) {
+    args.push_back(b->raw());
+    keep_alive->push_back(std::move(b));
   }
   if (args.size() != compiled.arg_types.size()) {
     throw std::logic_error("pjrt: graph takes " + std::to_string(compiled.arg_types.size()) +
@@ -536,13 +545,8 @@ void Publish(int device, const DeviceTrace& trace, const PendingGraph& g, const 
   for (size_t i = 0; i < g.donations.size(); ++i) Metrics::Increment(Counter::kDonatedBuffers);
   if (g.has_checks) {
     std::vector<std::string> whats;
-    std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents;
-    for (size_t k = 0; k < trace.checks.size(); ++k) {
-      whats.push_back(trace.checks[k].what);
-      dependents.emplace_back();
-      for (int o : compiled.check_dependents[k]) dependents.back().push_back(results[o]);
-    }
-    ExpectIndexChecks(device, results.back(), std::move(whats), std::move(dependents));
+    for (const IndexCheck& c : trace.checks) whats.push_back(c.what);
+    ExpectIndexChecks(device, results, std::move(whats), compiled.check_dependents);
   }
   for (size_t i = 0; i < g.targets.size(); ++i) g.targets[i]->SetBuffer(std::move(results[i]));
 }
@@ -557,7 +561,6 @@ void Describe(const DeviceTrace& trace, const PendingGraph& g, std::shared_ptr<C
   record->draws = trace.draws;
   record->targets = g.targets;
   for (const IndexCheck& c : trace.checks) record->check_whats.push_back(c.what);
-  record->epoch = trace.epoch;
 }
 
 // Compiles (or finds) and launches the graph computing `g`.

@@ -39,8 +39,13 @@ struct LaunchRecord {
   std::vector<RandomDraw> draws;
   std::vector<LazyStorage*> targets;  // written storages, in result order (valid until unlocked)
   std::vector<std::string> check_whats;  // messages of the index checks (last result packs them)
-  uint64_t epoch = 0;                    // the trace epoch that was launched
 };
+
+// The packed value scalars as device arrays, one per dtype that has any: a program's last
+// arguments, after its parameters.
+std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
+    int device, const std::array<std::string, kNumElementTypes>& bytes,
+    const std::array<int32_t, kNumElementTypes>& count);
 
 // Materializes every storage written on `device` since its last sync, in one execution.
 // Does not wait for the execution to finish. With `record`, no parameter is donated (a capture

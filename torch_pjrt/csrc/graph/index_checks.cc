@@ -104,9 +104,14 @@ std::vector<std::vector<int>> CheckDependents(const std::vector<IndexCheck>& che
   return dependents;
 }
 
-void ExpectIndexChecks(int device, std::shared_ptr<runtime::Buffer> results, std::vector<std::string> whats,
-                       std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents) {
-  Launched().push_back(LaunchedChecks{device, std::move(results), std::move(whats), std::move(dependents)});
+void ExpectIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& results,
+                       std::vector<std::string> whats, const std::vector<std::vector<int>>& dependent_results) {
+  std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents;
+  for (const std::vector<int>& positions : dependent_results) {
+    dependents.emplace_back();
+    for (int o : positions) dependents.back().push_back(results[o]);
+  }
+  Launched().push_back(LaunchedChecks{device, results.back(), std::move(whats), std::move(dependents)});
 }
 
 void PropagateIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& read,

@@ -25,10 +25,10 @@ Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks);
 std::vector<std::vector<int>> CheckDependents(const std::vector<IndexCheck>& checks,
                                               const std::vector<Value>& outputs);
 
-// After a graph with checks was launched: its packed result and, per check, the message and the
-// output buffers to poison if it fails.
-void ExpectIndexChecks(int device, std::shared_ptr<runtime::Buffer> results, std::vector<std::string> whats,
-                       std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents);
+// After a graph with checks was launched: its results (the last one packs the checks) and, per
+// check, the message and the positions of the results to poison if it fails (CheckDependents).
+void ExpectIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& results,
+                       std::vector<std::string> whats, const std::vector<std::vector<int>>& dependent_results);
 
 // Without waiting for earlier checks: a launch that read any buffer a pending check guards
 // (`read`) makes its results (`written`) guarded by that check too, so a failure found later
