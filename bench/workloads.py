@@ -72,6 +72,34 @@ def tracing(backend):
     return out
 
 
+def time_training(step, backend, warmup, n):
+    """Compiles `step` as `backend` does, times its first call, warms up, then times `n` steps,
+    each reading its loss. Host time is the step call alone: tracing (lazy) or argument mapping
+    (replay), then the launch. pjrt runs also report executions, compiles and fallbacks per loop."""
+    step = compiled(step, backend)
+    t0 = time.perf_counter()
+    step().item()
+    first = time.perf_counter() - t0
+    for _ in range(warmup):
+        step().item()
+    c0 = torch.pjrt.metrics.counters() if backend.startswith("pjrt") else None
+    host = []
+    t0 = time.perf_counter()
+    for _ in range(n):
+        t1 = time.perf_counter()
+        loss = step()
+        host.append(time.perf_counter() - t1)
+        loss.item()
+    elapsed = time.perf_counter() - t0
+    out = {"first_step_s": first, "steps_per_s": n / elapsed, "host_ms_per_step": statistics.median(host) * 1e3}
+    if c0 is not None:
+        c1 = torch.pjrt.metrics.counters()
+        out["executions_per_step"] = (c1["Executions"] - c0["Executions"]) / n
+        out["compiles_in_loop"] = c1["GraphsCompiled"] - c0["GraphsCompiled"]
+        out["fallbacks_in_loop"] = c1["FallbackOps"] - c0["FallbackOps"]
+    return out
+
+
 def mlp(backend):
     """MLP 784-2048-2048-10, batch 128, SGD with momentum; loss.item() every step."""
     dev = device_of(backend)
@@ -89,30 +117,7 @@ def mlp(backend):
         opt.step()
         return loss
 
-    step = compiled(step, backend)
-    t0 = time.perf_counter()
-    step().item()
-    first = time.perf_counter() - t0
-    for _ in range(5):
-        step().item()
-    n = 40
-    c0 = torch.pjrt.metrics.counters() if backend.startswith("pjrt") else None
-    host = []
-    t0 = time.perf_counter()
-    for _ in range(n):
-        t1 = time.perf_counter()
-        loss = step()  # host work: tracing (lazy) or argument mapping (replay), then the launch
-        host.append(time.perf_counter() - t1)
-        loss.item()
-    elapsed = time.perf_counter() - t0
-    out = {"first_step_s": first, "steps_per_s": n / elapsed, "peak_rss_mb": peak_rss_mb(),
-           "host_ms_per_step": statistics.median(host) * 1e3}
-    if c0 is not None:
-        c1 = torch.pjrt.metrics.counters()
-        out["executions_per_step"] = (c1["Executions"] - c0["Executions"]) / n
-        out["compiles_in_loop"] = c1["GraphsCompiled"] - c0["GraphsCompiled"]
-        out["fallbacks_in_loop"] = c1["FallbackOps"] - c0["FallbackOps"]
-    return out
+    return time_training(step, backend, warmup=5, n=40) | {"peak_rss_mb": peak_rss_mb()}
 
 
 def cnn(backend):
@@ -176,21 +181,7 @@ def gpt(backend):
         opt.step()
         return loss
 
-    step = compiled(step, backend)
-    t0 = time.perf_counter()
-    step().item()
-    first = time.perf_counter() - t0
-    for _ in range(4):
-        step().item()
-    n, host = 12, []
-    t0 = time.perf_counter()
-    for _ in range(n):
-        t1 = time.perf_counter()
-        loss = step()
-        host.append(time.perf_counter() - t1)
-        loss.item()
-    elapsed = time.perf_counter() - t0
-    return {"first_step_s": first, "steps_per_s": n / elapsed, "host_ms_per_step": statistics.median(host) * 1e3}
+    return time_training(step, backend, warmup=4, n=12)
 
 
 WORKLOADS = {"tracing": tracing, "mlp": mlp, "gpt": gpt, "cnn": cnn, "matmul": matmul}
