@@ -237,6 +237,10 @@ def test_eval_batch_norm_cnn_matches_cpu():
     model[1].running_var.uniform_(0.5, 2)
     compiled = torch.compile(copy.deepcopy(model).to("pjrt"), backend="pjrt")
     x = torch.randn(2, 3, 8, 8)
+    lowered_before = metrics.lowered().get("_native_batch_norm_legit_no_training", 0)
+    before = counts()
     with torch.no_grad():
         for _ in range(2):  # AOT graphs call _native_batch_norm_legit_no_training
             torch.testing.assert_close(compiled(x.to("pjrt")).cpu(), model(x), rtol=1e-4, atol=1e-5)
+    assert metrics.lowered().get("_native_batch_norm_legit_no_training", 0) > lowered_before
+    assert delta(before, counts(), "FallbackOps") == 0
