@@ -46,6 +46,7 @@ def _register():
     torch.set_autocast_dtype("pjrt", torch.bfloat16)
     _print_through_cpu()
     _launch_after_optimizer_steps()
+    _register_distributed_backend()
     atexit.register(device_module._shutdown)
     _registered = True
 
@@ -105,6 +106,12 @@ def _launch_after_optimizer_steps():
     from . import _C
     from torch.optim.optimizer import register_optimizer_step_post_hook  # autoload runs mid-`import torch`
     register_optimizer_step_post_hook(launch)
+
+
+def _register_distributed_backend():
+    """``init_process_group("pjrt")`` with no import of ours (torch_pjrt/distributed.py)."""
+    from . import distributed
+    distributed.register()
 
 
 def _autoload():

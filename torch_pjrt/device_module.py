@@ -15,6 +15,7 @@ import torch
 
 from . import _C
 from . import metrics  # noqa: F401  (torch.pjrt.metrics)
+from .distributed import global_rank, local_rank, local_world_size, world_size  # noqa: F401
 from .backends import registry
 
 _DeviceLike = Union[torch.device, str, int, None]
@@ -28,6 +29,8 @@ __all__ = [
     "reset_peak_memory_stats", "memory_stats", "plugin", "platform", "plugins", "capabilities",
     "metrics", "metrics_report", "set_fallback_warnings", "cache_dir", "set_cache_dir",
     "set_log_compiles", "set_dump_dir", "set_max_pending_nodes", "max_pending_nodes",
+    "Stream", "Event", "current_stream", "default_stream", "stream", "set_stream",
+    "global_rank", "world_size", "local_rank", "local_world_size", "host_index",
 ]
 
 
@@ -136,6 +139,54 @@ class device:
 def synchronize(device: _DeviceLike = None) -> None:
     """Runs everything traced so far on the device and waits for it to finish."""
     _C._synchronize(_index(device), "synchronize", True)
+
+
+# ---------------------------------------------------------------------------------- streams
+# PJRT gives no stream control: a device runs its executions in order, so each device has one
+# stream and every Stream is it. Waits between streams are then already satisfied; recording an
+# Event launches the pending graph, so the event marks the work before it as started. These are
+# torch.Stream/torch.Event (the device's guard implements them), shaped like torch.cuda's for code
+# that asks the device module (FSDP2, torch.distributed, AMP utilities).
+
+class Stream(torch.Stream):
+    """``torch.pjrt.Stream(device=None, priority=0)``: the device's one stream."""
+
+    def __new__(cls, device: _DeviceLike = None, priority: int = 0, **kwargs):
+        return super().__new__(cls, device=torch.device("pjrt", _index(device)), priority=priority)
+
+
+class Event(torch.Event):
+    """``torch.pjrt.Event(enable_timing=False, blocking=False, interprocess=False)``."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return super().__new__(cls, device=torch.device("pjrt", current_device()),
+                               enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+
+def current_stream(device: _DeviceLike = None) -> torch.Stream:
+    return torch.accelerator.current_stream(torch.device("pjrt", _index(device)))
+
+
+def default_stream(device: _DeviceLike = None) -> torch.Stream:
+    return current_stream(device)
+
+
+@contextlib.contextmanager
+def stream(s: Optional[torch.Stream]):
+    """Makes ``s`` the current stream inside the block (None: no change), as torch.cuda.stream."""
+    if s is None:
+        yield
+        return
+    previous = torch.accelerator.current_stream(s.device)
+    torch.accelerator.set_stream(s)
+    try:
+        yield
+    finally:
+        torch.accelerator.set_stream(previous)
+
+
+def set_stream(s: torch.Stream) -> None:
+    torch.accelerator.set_stream(s)
 
 
 # ---------------------------------------------------------------------------------- random
@@ -247,16 +298,24 @@ def plugins() -> Dict[str, Dict[str, Any]]:
     return out
 
 
-def _active_plugin_capabilities() -> Dict[str, Any]:
-    name = None
+def host_index() -> int:
+    """Index of this host in a multi-host job, as the active (or to-be-selected) plugin says."""
+    p = registry.plugin(_active_plugin_name())
+    return p.host_index() if p is not None else 0
+
+
+def _active_plugin_name() -> Optional[str]:
     if _C._client_started():
-        name = _C._platform_info()["plugin"]
-    else:
-        try:
-            name = registry.candidates()[0].name
-        except RuntimeError:
-            return {}
-    p = registry.plugin(name)
+        return _C._platform_info()["plugin"]
+    try:
+        return registry.candidates()[0].name
+    except RuntimeError:
+        return None
+
+
+def _active_plugin_capabilities() -> Dict[str, Any]:
+    name = _active_plugin_name()
+    p = registry.plugin(name) if name is not None else None
     return p.capabilities() if p is not None else {}
 
 

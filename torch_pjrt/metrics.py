@@ -11,17 +11,20 @@ from typing import Dict, Tuple
 
 from . import _C
 
-__all__ = ["counters", "timers", "counter", "fallbacks", "lowered", "syncs", "dynamo", "report", "reset"]
+__all__ = ["counters", "timers", "counter", "fallbacks", "lowered", "syncs", "dynamo", "collectives",
+           "report", "reset"]
 
 # Prefixes of the named counters: one source of truth for this module and the tests. Every other
 # name with "::" counts CPU fallbacks of one op, named by its namespace ("aten::", "mylib::").
 SYNC_PREFIX = "Sync::"       # syncs per cause
 LOWERED_PREFIX = "Lowered::"  # ops traced natively, per lowering (schema name)
 DYNAMO_PREFIX = "Dynamo::"    # torch.compile backend: graphs, partitions, calls traced again
+COLLECTIVES_PREFIX = "Collectives::"  # collectives on pjrt tensors run through host copies
 
 
 def _is_fallback(name: str) -> bool:
-    return "::" in name and not name.startswith((SYNC_PREFIX, LOWERED_PREFIX, DYNAMO_PREFIX))
+    return "::" in name and not name.startswith((SYNC_PREFIX, LOWERED_PREFIX, DYNAMO_PREFIX,
+                                                           COLLECTIVES_PREFIX))
 
 
 def counters() -> Dict[str, int]:
@@ -57,6 +60,13 @@ def dynamo() -> Dict[str, int]:
     that traced instead of replaying). Replays and captures are the ``GraphReplays`` and
     ``GraphsCaptured`` counters."""
     return {k[len(DYNAMO_PREFIX):]: v for k, v in counters().items() if k.startswith(DYNAMO_PREFIX)}
+
+
+def collectives() -> Dict[str, int]:
+    """Collectives on pjrt tensors that ran on host copies (the ``pjrt`` process-group backend),
+    per collective, e.g. {"allreduce": 12, "broadcast": 4}."""
+    return {k[len(COLLECTIVES_PREFIX):]: v for k, v in counters().items()
+            if k.startswith(COLLECTIVES_PREFIX)}
 
 
 def syncs() -> Dict[str, int]:

@@ -63,8 +63,11 @@ class DevicePlugin:
         the plugin can restrict each process to its chips (visible devices, topology env)."""
 
     def host_index(self) -> int:
-        """Index of this host in a multi-host job."""
-        return 0
+        """Index of this host in a multi-host job: torchrun's node rank (``GROUP_RANK``) unless
+        the plugin knows better (a TPU slice's worker id)."""
+        import os
+
+        return int(os.environ.get("GROUP_RANK", "0"))
 
     def shutdown(self) -> None:
         """Called at interpreter exit after the client is destroyed."""

@@ -25,6 +25,7 @@ namespace hooks {
 void RegisterHooks();
 }
 void BindCapture(py::module& m);  // capture_bindings.cc
+void BindDistributed(py::module& m);  // distributed_bindings.cc
 
 namespace {
 
@@ -344,6 +345,7 @@ PYBIND11_MODULE(_C, m) {
     return runtime::Executable::Compile(runtime::GetClient(), text)->num_outputs();
   });
   BindCapture(m);
+  BindDistributed(m);
   m.def("_shutdown", [] {
     py::gil_scoped_release no_gil;
     Shutdown();

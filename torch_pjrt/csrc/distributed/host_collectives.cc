@@ -1,0 +1,380 @@
+#include "distributed/host_collectives.h"
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <mutex>
+
+#include "graph/metrics.h"
+
+namespace torch_pjrt::distributed {
+namespace {
+
+// A collective that has finished: wait() returns at once and the future holds its results, as
+// DDP's reducer reads them.
+class CompletedWork : public c10d::Work {
+ public:
+  CompletedWork(int rank, c10d::OpType type, std::vector<at::Tensor> result)
+      : Work(rank, type), result_(std::move(result)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())) {
+    future_->markCompleted(c10::IValue(result_));
+    finish();
+  }
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
+  std::vector<at::Tensor> result() override { return result_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> result_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+using CopyBack = std::vector<std::pair<at::Tensor, at::Tensor>>;  // (host, pjrt)
+
+// A receive still under way: peers may send only after they receive, so receives cannot wait
+// when issued (a send's host copy goes out asynchronously on its own). The copy back into the pjrt
+// tensors happens in the first wait(), or in isCompleted() once the host receive is done.
+class ReceiveWork : public c10d::Work {
+ public:
+  ReceiveWork(int rank, c10d::OpType type, c10::intrusive_ptr<c10d::Work> host, CopyBack copy_back,
+              std::vector<at::Tensor> result)
+      : Work(rank, type), host_(std::move(host)), copy_back_(std::move(copy_back)),
+        result_(std::move(result)) {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    host_->wait(timeout);
+    CopyBackOnce();
+    return true;
+  }
+  bool isCompleted() override {
+    if (!host_->isCompleted()) return false;
+    CopyBackOnce();
+    return true;
+  }
+  bool isSuccess() const override { return host_->isSuccess(); }
+  std::exception_ptr exception() const override { return host_->exception(); }
+  int sourceRank() const override { return host_->sourceRank(); }
+  std::vector<at::Tensor> result() override { return result_; }
+  // Waits: the future must hold the pjrt tensors' received values.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    wait(kNoTimeout);
+    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    future->markCompleted(c10::IValue(result_));
+    return future;
+  }
+
+ private:
+  void CopyBackOnce() {
+    std::lock_guard<std::mutex> lock(copy_mutex_);
+    for (auto& [host, device] : copy_back_) device.copy_(host);
+    copy_back_.clear();
+  }
+  c10::intrusive_ptr<c10d::Work> host_;
+  std::mutex copy_mutex_;
+  CopyBack copy_back_;
+  std::vector<at::Tensor> result_;
+};
+
+enum class Access { kRead, kReadWrite, kWrite };
+
+// The host tensors one collective runs on. pjrt tensors get host copies (only their shape when
+// the collective just writes them) and written ones are copied back after the host work ends;
+// CPU tensors are used as they are.
+class HostStaging {
+ public:
+  explicit HostStaging(const char* collective) : collective_(collective) {}
+
+  at::Tensor Stage(const at::Tensor& t, Access access) {
+    if (!t.defined() || t.device().is_cpu()) return t;
+    TORCH_CHECK(t.device().is_privateuseone(), "the pjrt process-group backend got a tensor on ",
+                t.device(), " in ", collective_, "; it takes pjrt and CPU tensors (give other "
+                "devices their own backend, e.g. init_process_group(\"cpu:gloo,pjrt:pjrt\"))");
+    staged_any_ = true;
+    at::Tensor host = access == Access::kWrite ? at::empty_like(t, t.options().device(at::kCPU))
+                                               : t.to(at::kCPU);
+    if (access != Access::kRead) copy_back_.emplace_back(host, t);
+    return host;
+  }
+  std::vector<at::Tensor> Stage(const std::vector<at::Tensor>& ts, Access access) {
+    std::vector<at::Tensor> host;
+    host.reserve(ts.size());
+    for (const auto& t : ts) host.push_back(Stage(t, access));
+    return host;
+  }
+  std::vector<std::vector<at::Tensor>> Stage(const std::vector<std::vector<at::Tensor>>& lists,
+                                             Access access) {
+    std::vector<std::vector<at::Tensor>> host;
+    host.reserve(lists.size());
+    for (const auto& ts : lists) host.push_back(Stage(ts, access));
+    return host;
+  }
+
+  // Waits for the host work, runs `after_host` (AVG's division), copies written tensors back;
+  // `result` is what Work::result() and
+  // the future give (the collective's user-visible outputs).
+  c10::intrusive_ptr<c10d::Work> Finish(const c10d::Backend& backend,
+                                        const c10::intrusive_ptr<c10d::Work>& work,
+                                        c10d::OpType type, std::vector<at::Tensor> result,
+                                        const std::function<void()>& after_host = nullptr) {
+    work->wait();
+    if (after_host) after_host();
+    for (auto& [host, device] : copy_back_) device.copy_(host);
+    if (staged_any_) graph::Metrics::IncrementNamed(std::string("Collectives::") + collective_);
+    return c10::make_intrusive<CompletedWork>(backend.getRank(), type, std::move(result));
+  }
+  // For sends and receives: the host work goes on; a receive copies back when waited for.
+  c10::intrusive_ptr<c10d::Work> Defer(const c10d::Backend& backend,
+                                       c10::intrusive_ptr<c10d::Work> work, c10d::OpType type,
+                                       std::vector<at::Tensor> result) {
+    if (staged_any_) graph::Metrics::IncrementNamed(std::string("Collectives::") + collective_);
+    if (copy_back_.empty()) return work;
+    return c10::make_intrusive<ReceiveWork>(backend.getRank(), type, std::move(work),
+                                            std::move(copy_back_), std::move(result));
+  }
+
+ private:
+  const char* collective_;
+  bool staged_any_ = false;
+  CopyBack copy_back_;
+};
+
+// gloo reduces with SUM, PRODUCT, MIN, MAX and the bitwise ops. AVG and PREMUL_SUM (what DDP,
+// FSDP and DTensor ask of NCCL) run as a SUM with the scaling done on the host copies, so they work
+// on every plugin. Integer averages truncate, as NCCL's do.
+class HostReduction {
+ public:
+  HostReduction(const c10d::ReduceOp& op, int group_size) : group_size_(group_size) {
+    if (op == c10d::ReduceOp::AVG || op == c10d::ReduceOp::PREMUL_SUM) {
+      average_ = op == c10d::ReduceOp::AVG;
+      if (op == c10d::ReduceOp::PREMUL_SUM) {
+        const auto* factor = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+        TORCH_CHECK(factor != nullptr, "ReduceOp.PREMUL_SUM needs a factor (use "
+                    "torch.distributed._make_nccl_premul_sum(factor))");
+        factor_ = factor->tensor_factor.defined() ? factor->tensor_factor.to(at::kCPU)
+                                                  : at::scalar_tensor(factor->double_factor);
+      }
+      op_ = c10d::ReduceOp::SUM;
+    } else {
+      op_ = op;
+    }
+  }
+  // What gloo runs.
+  c10d::ReduceOp op() const { return op_; }
+  // PREMUL_SUM's factor applied to host inputs: in place when the collective overwrites them
+  // anyway, otherwise on new tensors (a CPU input is the caller's tensor).
+  void ScaleInputs(std::vector<at::Tensor>& host, bool in_place) const {
+    if (!factor_.defined()) return;
+    for (auto& t : host) {
+      auto factor = factor_.to(t.scalar_type());
+      if (in_place) t.mul_(factor); else t = t.mul(factor);
+    }
+  }
+  // AVG's division of the host outputs by the group size.
+  void FinishOutputs(std::vector<at::Tensor>& host) const {
+    if (!average_) return;
+    for (auto& t : host) {
+      if (at::isIntegralType(t.scalar_type(), /*includeBool=*/true)) {
+        t.div_(group_size_, "trunc");
+      } else {
+        t.div_(group_size_);
+      }
+    }
+  }
+
+ private:
+  int group_size_;
+  c10d::ReduceOp op_;
+  at::Tensor factor_;
+  bool average_ = false;
+};
+
+template <typename Options>
+Options OnHost(Options opts, const HostReduction& reduction) {
+  opts.reduceOp = reduction.op();
+  return opts;
+}
+
+std::vector<at::Tensor> Flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> all;
+  for (const auto& ts : lists) all.insert(all.end(), ts.begin(), ts.end());
+  return all;
+}
+
+using c10d::OpType;
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+using Tensors = std::vector<at::Tensor>;
+using TensorLists = std::vector<std::vector<at::Tensor>>;
+
+// Each collective: stage, run on the host backend, finish. Options pass through unchanged, so
+// every ReduceOp, root, tag and timeout behaves as gloo's.
+class HostCopyBackend : public c10d::Backend {
+ public:
+  explicit HostCopyBackend(c10::intrusive_ptr<c10d::Backend> host)
+      : Backend(host->getRank(), host->getSize()), host_(std::move(host)) {}
+
+  const std::string getBackendName() const override { return "pjrt"; }
+  void setTimeout(std::chrono::milliseconds timeout) override { host_->setTimeout(timeout); }
+  void setSequenceNumberForGroup() override { host_->setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return host_->getSequenceNumberForGroup(); }
+  void setGroupUid(const std::string& uid) override {
+    Backend::setGroupUid(uid);
+    host_->setGroupUid(uid);
+  }
+
+  WorkPtr broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override {
+    HostStaging s("broadcast");
+    auto host = s.Stage(tensors, Access::kReadWrite);
+    return s.Finish(*this, host_->broadcast(host, opts), OpType::BROADCAST, tensors);
+  }
+  WorkPtr allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override {
+    HostStaging s("allreduce");
+    HostReduction reduction(opts.reduceOp, getSize());
+    auto host = s.Stage(tensors, Access::kReadWrite);
+    reduction.ScaleInputs(host, /*in_place=*/true);
+    auto work = host_->allreduce(host, OnHost(opts, reduction));
+    return s.Finish(*this, work, OpType::ALLREDUCE, tensors, [&] { reduction.FinishOutputs(host); });
+  }
+  WorkPtr allreduce_coalesced(Tensors& tensors,
+                              const c10d::AllreduceCoalescedOptions& opts) override {
+    HostStaging s("allreduce_coalesced");
+    HostReduction reduction(opts.reduceOp, getSize());
+    auto host = s.Stage(tensors, Access::kReadWrite);
+    reduction.ScaleInputs(host, /*in_place=*/true);
+    auto work = host_->allreduce_coalesced(host, OnHost(opts, reduction));
+    return s.Finish(*this, work, OpType::ALLREDUCE_COALESCED, tensors,
+                    [&] { reduction.FinishOutputs(host); });
+  }
+  WorkPtr reduce(Tensors& tensors, const c10d::ReduceOptions& opts) override {
+    HostStaging s("reduce");
+    HostReduction reduction(opts.reduceOp, getSize());
+    auto host = s.Stage(tensors, Access::kReadWrite);
+    reduction.ScaleInputs(host, /*in_place=*/true);
+    auto work = host_->reduce(host, OnHost(opts, reduction));
+    return s.Finish(*this, work, OpType::REDUCE, tensors, [&] { reduction.FinishOutputs(host); });
+  }
+  WorkPtr allgather(TensorLists& outputs, Tensors& inputs,
+                    const c10d::AllgatherOptions& opts) override {
+    HostStaging s("allgather");
+    auto host_out = s.Stage(outputs, Access::kWrite);
+    auto host_in = s.Stage(inputs, Access::kRead);
+    return s.Finish(*this, host_->allgather(host_out, host_in, opts), OpType::ALLGATHER,
+                    Flatten(outputs));
+  }
+  WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input,
+                          const c10d::AllgatherOptions& opts) override {
+    HostStaging s("allgather_into_tensor");
+    auto host_out = s.Stage(output, Access::kWrite);
+    auto host_in = s.Stage(input, Access::kRead);
+    return s.Finish(*this, host_->_allgather_base(host_out, host_in, opts), OpType::_ALLGATHER_BASE,
+                    {output});
+  }
+  WorkPtr allgather_coalesced(TensorLists& outputs, Tensors& inputs,
+                              const c10d::AllgatherOptions& opts) override {
+    HostStaging s("allgather_coalesced");
+    auto host_out = s.Stage(outputs, Access::kWrite);
+    auto host_in = s.Stage(inputs, Access::kRead);
+    return s.Finish(*this, host_->allgather_coalesced(host_out, host_in, opts),
+                    OpType::ALLGATHER_COALESCED, Flatten(outputs));
+  }
+  WorkPtr allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                          const c10d::AllgatherOptions& opts) override {
+    HostStaging s("allgather_into_tensor_coalesced");
+    auto host_out = s.Stage(outputs, Access::kWrite);
+    auto host_in = s.Stage(inputs, Access::kRead);
+    return s.Finish(*this, host_->allgather_into_tensor_coalesced(host_out, host_in, opts),
+                    OpType::COALESCED, outputs);
+  }
+  WorkPtr gather(TensorLists& outputs, Tensors& inputs, const c10d::GatherOptions& opts) override {
+    HostStaging s("gather");
+    auto host_out = s.Stage(outputs, Access::kWrite);
+    auto host_in = s.Stage(inputs, Access::kRead);
+    return s.Finish(*this, host_->gather(host_out, host_in, opts), OpType::GATHER,
+                    Flatten(outputs));
+  }
+  WorkPtr scatter(Tensors& outputs, TensorLists& inputs, const c10d::ScatterOptions& opts) override {
+    HostStaging s("scatter");
+    auto host_out = s.Stage(outputs, Access::kWrite);
+    auto host_in = s.Stage(inputs, Access::kRead);
+    return s.Finish(*this, host_->scatter(host_out, host_in, opts), OpType::SCATTER, outputs);
+  }
+  WorkPtr reduce_scatter(Tensors& outputs, TensorLists& inputs,
+                         const c10d::ReduceScatterOptions& opts) override {
+    HostStaging s("reduce_scatter");
+    HostReduction reduction(opts.reduceOp, getSize());
+    auto host_out = s.Stage(outputs, Access::kWrite);
+    auto host_in = s.Stage(inputs, Access::kRead);
+    for (auto& list : host_in) reduction.ScaleInputs(list, /*in_place=*/false);
+    auto work = host_->reduce_scatter(host_out, host_in, OnHost(opts, reduction));
+    return s.Finish(*this, work, OpType::REDUCE_SCATTER, outputs,
+                    [&] { reduction.FinishOutputs(host_out); });
+  }
+  WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                               const c10d::ReduceScatterOptions& opts) override {
+    HostStaging s("reduce_scatter_tensor");
+    HostReduction reduction(opts.reduceOp, getSize());
+    Tensors host_out{s.Stage(output, Access::kWrite)};
+    Tensors host_in{s.Stage(input, Access::kRead)};
+    reduction.ScaleInputs(host_in, /*in_place=*/false);
+    auto work = host_->_reduce_scatter_base(host_out[0], host_in[0], OnHost(opts, reduction));
+    return s.Finish(*this, work, OpType::_REDUCE_SCATTER_BASE, {output},
+                    [&] { reduction.FinishOutputs(host_out); });
+  }
+  WorkPtr reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                          const c10d::ReduceScatterOptions& opts) override {
+    HostStaging s("reduce_scatter_tensor_coalesced");
+    HostReduction reduction(opts.reduceOp, getSize());
+    auto host_out = s.Stage(outputs, Access::kWrite);
+    auto host_in = s.Stage(inputs, Access::kRead);
+    reduction.ScaleInputs(host_in, /*in_place=*/false);
+    auto work = host_->reduce_scatter_tensor_coalesced(host_out, host_in, OnHost(opts, reduction));
+    return s.Finish(*this, work, OpType::COALESCED, outputs,
+                    [&] { reduction.FinishOutputs(host_out); });
+  }
+  WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                        std::vector<int64_t>& input_splits,
+                        const c10d::AllToAllOptions& opts) override {
+    HostStaging s("all_to_all_single");
+    auto host_out = s.Stage(output, Access::kWrite);
+    auto host_in = s.Stage(input, Access::kRead);
+    return s.Finish(*this, host_->alltoall_base(host_out, host_in, output_splits, input_splits, opts),
+                    OpType::ALLTOALL_BASE, {output});
+  }
+  WorkPtr alltoall(Tensors& outputs, Tensors& inputs, const c10d::AllToAllOptions& opts) override {
+    HostStaging s("all_to_all");
+    auto host_out = s.Stage(outputs, Access::kWrite);
+    auto host_in = s.Stage(inputs, Access::kRead);
+    return s.Finish(*this, host_->alltoall(host_out, host_in, opts), OpType::ALLTOALL, outputs);
+  }
+  WorkPtr send(Tensors& tensors, int dst, int tag) override {
+    HostStaging s("send");
+    auto host = s.Stage(tensors, Access::kRead);
+    return s.Defer(*this, host_->send(host, dst, tag), OpType::SEND, {});
+  }
+  WorkPtr recv(Tensors& tensors, int src, int tag) override {
+    HostStaging s("recv");
+    auto host = s.Stage(tensors, Access::kWrite);
+    return s.Defer(*this, host_->recv(host, src, tag), OpType::RECV, tensors);
+  }
+  WorkPtr recvAnysource(Tensors& tensors, int tag) override {
+    HostStaging s("recv");
+    auto host = s.Stage(tensors, Access::kWrite);
+    return s.Defer(*this, host_->recvAnysource(host, tag), OpType::RECVANYSOURCE, tensors);
+  }
+  WorkPtr barrier(const c10d::BarrierOptions& opts) override { return host_->barrier(opts); }
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    host_->monitoredBarrier(opts, wait_all_ranks);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Backend> host_;
+};
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Backend> MakeHostCopyBackend(c10::intrusive_ptr<c10d::Backend> host) {
+  TORCH_CHECK(host, "MakeHostCopyBackend needs a host backend");
+  return c10::make_intrusive<HostCopyBackend>(std::move(host));
+}
+
+}  // namespace torch_pjrt::distributed
