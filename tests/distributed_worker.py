@@ -155,8 +155,30 @@ def check_async_and_functional():
     check("all_reduce of a CPU tensor", c, everyone.sum(0))
 
 
+def check_coalesced():
+    everyone = torch.stack([rank_values(r) for r in range(WORLD)])
+    a, b = pjrt(rank_values(RANK)), pjrt(rank_values(RANK)[:2] * 2)
+    with dist._coalescing_manager():
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+    check("coalescing manager all_reduce a", a, everyone.sum(0))
+    check("coalescing manager all_reduce b", b, everyone[:, :2].sum(0) * 2)
+    a, b = pjrt(rank_values(RANK)), pjrt(rank_values(RANK)[:2])
+    dist.all_reduce_coalesced([a, b], op=dist.ReduceOp.MAX)
+    check("all_reduce_coalesced", torch.cat([a.cpu(), b.cpu()]),
+          torch.cat([everyone.max(0).values, everyone[:, :2].max(0).values]))
+    flat = pjrt(torch.empty(WORLD * 4))
+    with dist._coalescing_manager():
+        dist.all_gather_into_tensor(flat, pjrt(rank_values(RANK)))
+    check("coalesced all_gather_into_tensor", flat, everyone.reshape(-1))
+    objects = [None] * WORLD
+    dist.all_gather_object(objects, {"rank": RANK})
+    assert objects == [{"rank": r} for r in range(WORLD)], objects
+
+
 def phase_collectives(args):
     check_all_reduce()
+    check_coalesced()
     check_rooted()
     check_gathers_and_scatters()
     check_point_to_point()
