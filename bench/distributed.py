@@ -1,0 +1,118 @@
+"""DDP training on pjrt against DDP on CPU (gloo), side by side in one run: steps/s of a small
+transformer with 1 and 2 processes (torchrun), each process on its own device and a fixed share
+of the global batch. Writes bench/distributed_results.md.
+
+    .venv/bin/python bench/distributed.py [--steps 20]
+
+On this project's CPU-only machines every process shares the same cores, so more processes do
+not mean more compute: the numbers show what data parallelism costs on each device (collectives,
+host copies on pjrt's gloo path), not scaling.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GLOBAL_BATCH, SEQ, DIM, LAYERS = 16, 64, 128, 2
+
+
+def worker(device, steps, warmup):
+    """One process of the torchrun job: DDP steps; rank 0 prints the result as JSON."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("pjrt" if device == "pjrt" else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(DIM, nhead=4, dim_feedforward=4 * DIM, dropout=0.0, batch_first=True)
+    model = nn.Sequential(nn.TransformerEncoder(layer, LAYERS), nn.Linear(DIM, 1)).to(device)
+    ddp = DDP(model)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    x = torch.randn(GLOBAL_BATCH // world, SEQ, DIM).to(device)
+    y = torch.randn(GLOBAL_BATCH // world, SEQ, 1).to(device)
+
+    def step():
+        loss = nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+
+    for _ in range(warmup):
+        step()
+    dist.barrier()
+    c0 = torch.pjrt.metrics.counters() if device == "pjrt" else {}
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    elapsed = time.perf_counter() - t0
+    out = {"steps_per_s": steps / elapsed, "samples_per_s": steps * GLOBAL_BATCH / elapsed}
+    if device == "pjrt":
+        c1 = torch.pjrt.metrics.counters()
+        per_step = lambda k: (c1.get(k, 0) - c0.get(k, 0)) / steps  # noqa: E731
+        out["executions_per_step"] = per_step("Executions")
+        out["host_collectives_per_step"] = sum(
+            per_step(k) for k in c1 if k.startswith(torch.pjrt.metrics.COLLECTIVES_PREFIX))
+        out["compiles_in_loop"] = per_step("GraphsCompiled") * steps
+    if rank == 0:
+        print("RESULT " + json.dumps(out), flush=True)
+    dist.destroy_process_group()
+
+
+def launch(device, nproc, steps, warmup):
+    # The same intra-op thread count for CPU eager at every process count (torchrun would set 1
+    # for several processes and leave it unset for one: oversubscribed OpenMP spins on a busy core).
+    env = dict(os.environ, TORCH_PJRT_CPU_DEVICE_COUNT="1", OMP_NUM_THREADS=str(max(1, os.cpu_count() // nproc)),
+               TORCH_PJRT_CACHE_DIR=tempfile.mkdtemp(prefix="torch_pjrt_bench_cache_"))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               os.path.abspath(__file__), "--worker", device, "--steps", str(steps), "--warmup", str(warmup)]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"{device} x{nproc} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", choices=["pjrt", "cpu"])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=4)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args.worker, args.steps, args.warmup)
+    rows = []
+    for nproc in (1, 2):
+        results = {device: launch(device, nproc, args.steps, args.warmup) for device in ("cpu", "pjrt")}
+        rows.append((nproc, results))
+        print(nproc, json.dumps(results), flush=True)
+    lines = [
+        "# DDP training: pjrt against CPU (gloo)", "",
+        f"Written by `bench/distributed.py --steps {args.steps}` on {datetime.date.today()} "
+        f"({platform.machine()}, {os.cpu_count()} cores). Model: {LAYERS}-layer transformer encoder, "
+        f"width {DIM}, global batch {GLOBAL_BATCH} x {SEQ}, AdamW; each process takes its share of "
+        "the batch. All processes share this machine's cores.", "",
+        "| processes | CPU steps/s | pjrt steps/s | pjrt / CPU | pjrt executions per step | "
+        "pjrt host-copied collectives per step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for nproc, r in rows:
+        cpu, pj = r["cpu"], r["pjrt"]
+        lines.append(f"| {nproc} | {cpu['steps_per_s']:.2f} | {pj['steps_per_s']:.2f} | "
+                     f"{pj['steps_per_s'] / cpu['steps_per_s']:.2f} | {pj['executions_per_step']:.1f} | "
+                     f"{pj['host_collectives_per_step']:.1f} |")
+    with open(os.path.join(HERE, "distributed_results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
