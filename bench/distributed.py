@@ -86,7 +86,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker", choices=["pjrt", "cpu"])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=8)  # DDP rebuilds buckets, AdamW makes state: ~4 steps of new graphs
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker, args.steps, args.warmup)
