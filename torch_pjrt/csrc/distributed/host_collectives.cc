@@ -228,123 +228,84 @@ class HostCopyBackend : public c10d::Backend {
     return s.Finish(*this, host_->broadcast(host, opts), OpType::BROADCAST, tensors);
   }
   WorkPtr allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override {
-    HostStaging s("allreduce");
-    HostReduction reduction(opts.reduceOp, getSize());
-    auto host = s.Stage(tensors, Access::kReadWrite);
-    reduction.ScaleInputs(host, /*in_place=*/true);
-    auto work = host_->allreduce(host, OnHost(opts, reduction));
-    return s.Finish(*this, work, OpType::ALLREDUCE, tensors, [&] { reduction.FinishOutputs(host); });
+    return ReduceInPlace("allreduce", OpType::ALLREDUCE, tensors, opts,
+                         [&](Tensors& host, const auto& o) { return host_->allreduce(host, o); });
   }
   WorkPtr allreduce_coalesced(Tensors& tensors,
                               const c10d::AllreduceCoalescedOptions& opts) override {
-    HostStaging s("allreduce_coalesced");
-    HostReduction reduction(opts.reduceOp, getSize());
-    auto host = s.Stage(tensors, Access::kReadWrite);
-    reduction.ScaleInputs(host, /*in_place=*/true);
-    auto work = host_->allreduce_coalesced(host, OnHost(opts, reduction));
-    return s.Finish(*this, work, OpType::ALLREDUCE_COALESCED, tensors,
-                    [&] { reduction.FinishOutputs(host); });
+    return ReduceInPlace("allreduce_coalesced", OpType::ALLREDUCE_COALESCED, tensors, opts,
+                         [&](Tensors& host, const auto& o) { return host_->allreduce_coalesced(host, o); });
   }
   WorkPtr reduce(Tensors& tensors, const c10d::ReduceOptions& opts) override {
-    HostStaging s("reduce");
-    HostReduction reduction(opts.reduceOp, getSize());
-    auto host = s.Stage(tensors, Access::kReadWrite);
-    reduction.ScaleInputs(host, /*in_place=*/true);
-    auto work = host_->reduce(host, OnHost(opts, reduction));
-    return s.Finish(*this, work, OpType::REDUCE, tensors, [&] { reduction.FinishOutputs(host); });
+    return ReduceInPlace("reduce", OpType::REDUCE, tensors, opts,
+                         [&](Tensors& host, const auto& o) { return host_->reduce(host, o); });
   }
   WorkPtr allgather(TensorLists& outputs, Tensors& inputs,
                     const c10d::AllgatherOptions& opts) override {
-    HostStaging s("allgather");
-    auto host_out = s.Stage(outputs, Access::kWrite);
-    auto host_in = s.Stage(inputs, Access::kRead);
-    return s.Finish(*this, host_->allgather(host_out, host_in, opts), OpType::ALLGATHER,
-                    Flatten(outputs));
+    return OutOfPlace("allgather", OpType::ALLGATHER, outputs, inputs, Flatten(outputs),
+                      [&](auto& out, auto& in) { return host_->allgather(out, in, opts); });
   }
   WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input,
                           const c10d::AllgatherOptions& opts) override {
-    HostStaging s("allgather_into_tensor");
-    auto host_out = s.Stage(output, Access::kWrite);
-    auto host_in = s.Stage(input, Access::kRead);
-    return s.Finish(*this, host_->_allgather_base(host_out, host_in, opts), OpType::_ALLGATHER_BASE,
-                    {output});
+    return OutOfPlace("allgather_into_tensor", OpType::_ALLGATHER_BASE, output, input, {output},
+                      [&](auto& out, auto& in) { return host_->_allgather_base(out, in, opts); });
   }
   WorkPtr allgather_coalesced(TensorLists& outputs, Tensors& inputs,
                               const c10d::AllgatherOptions& opts) override {
-    HostStaging s("allgather_coalesced");
-    auto host_out = s.Stage(outputs, Access::kWrite);
-    auto host_in = s.Stage(inputs, Access::kRead);
-    return s.Finish(*this, host_->allgather_coalesced(host_out, host_in, opts),
-                    OpType::ALLGATHER_COALESCED, Flatten(outputs));
+    return OutOfPlace("allgather_coalesced", OpType::ALLGATHER_COALESCED, outputs, inputs,
+                      Flatten(outputs),
+                      [&](auto& out, auto& in) { return host_->allgather_coalesced(out, in, opts); });
   }
   WorkPtr allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
                                           const c10d::AllgatherOptions& opts) override {
-    HostStaging s("allgather_into_tensor_coalesced");
-    auto host_out = s.Stage(outputs, Access::kWrite);
-    auto host_in = s.Stage(inputs, Access::kRead);
-    return s.Finish(*this, host_->allgather_into_tensor_coalesced(host_out, host_in, opts),
-                    OpType::COALESCED, outputs);
+    return OutOfPlace("allgather_into_tensor_coalesced", OpType::COALESCED, outputs, inputs, outputs,
+                      [&](auto& out, auto& in) {
+                        return host_->allgather_into_tensor_coalesced(out, in, opts);
+                      });
   }
   WorkPtr gather(TensorLists& outputs, Tensors& inputs, const c10d::GatherOptions& opts) override {
-    HostStaging s("gather");
-    auto host_out = s.Stage(outputs, Access::kWrite);
-    auto host_in = s.Stage(inputs, Access::kRead);
-    return s.Finish(*this, host_->gather(host_out, host_in, opts), OpType::GATHER,
-                    Flatten(outputs));
+    return OutOfPlace("gather", OpType::GATHER, outputs, inputs, Flatten(outputs),
+                      [&](auto& out, auto& in) { return host_->gather(out, in, opts); });
   }
   WorkPtr scatter(Tensors& outputs, TensorLists& inputs, const c10d::ScatterOptions& opts) override {
-    HostStaging s("scatter");
-    auto host_out = s.Stage(outputs, Access::kWrite);
-    auto host_in = s.Stage(inputs, Access::kRead);
-    return s.Finish(*this, host_->scatter(host_out, host_in, opts), OpType::SCATTER, outputs);
+    return OutOfPlace("scatter", OpType::SCATTER, outputs, inputs, outputs,
+                      [&](auto& out, auto& in) { return host_->scatter(out, in, opts); });
   }
   WorkPtr reduce_scatter(Tensors& outputs, TensorLists& inputs,
                          const c10d::ReduceScatterOptions& opts) override {
-    HostStaging s("reduce_scatter");
-    HostReduction reduction(opts.reduceOp, getSize());
-    auto host_out = s.Stage(outputs, Access::kWrite);
-    auto host_in = s.Stage(inputs, Access::kRead);
-    for (auto& list : host_in) reduction.ScaleInputs(list, /*in_place=*/false);
-    auto work = host_->reduce_scatter(host_out, host_in, OnHost(opts, reduction));
-    return s.Finish(*this, work, OpType::REDUCE_SCATTER, outputs,
-                    [&] { reduction.FinishOutputs(host_out); });
+    return ReduceScatter("reduce_scatter", OpType::REDUCE_SCATTER, outputs, inputs, opts,
+                         [&](Tensors& out, TensorLists& in, const auto& o) {
+                           return host_->reduce_scatter(out, in, o);
+                         });
   }
   WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                const c10d::ReduceScatterOptions& opts) override {
-    HostStaging s("reduce_scatter_tensor");
-    HostReduction reduction(opts.reduceOp, getSize());
-    Tensors host_out{s.Stage(output, Access::kWrite)};
-    Tensors host_in{s.Stage(input, Access::kRead)};
-    reduction.ScaleInputs(host_in, /*in_place=*/false);
-    auto work = host_->_reduce_scatter_base(host_out[0], host_in[0], OnHost(opts, reduction));
-    return s.Finish(*this, work, OpType::_REDUCE_SCATTER_BASE, {output},
-                    [&] { reduction.FinishOutputs(host_out); });
+    Tensors outputs{output};
+    TensorLists inputs{{input}};
+    return ReduceScatter("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE, outputs, inputs, opts,
+                         [&](Tensors& out, TensorLists& in, const auto& o) {
+                           return host_->_reduce_scatter_base(out[0], in[0][0], o);
+                         });
   }
   WorkPtr reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
                                           const c10d::ReduceScatterOptions& opts) override {
-    HostStaging s("reduce_scatter_tensor_coalesced");
-    HostReduction reduction(opts.reduceOp, getSize());
-    auto host_out = s.Stage(outputs, Access::kWrite);
-    auto host_in = s.Stage(inputs, Access::kRead);
-    reduction.ScaleInputs(host_in, /*in_place=*/false);
-    auto work = host_->reduce_scatter_tensor_coalesced(host_out, host_in, OnHost(opts, reduction));
-    return s.Finish(*this, work, OpType::COALESCED, outputs,
-                    [&] { reduction.FinishOutputs(host_out); });
+    TensorLists input_list{inputs};
+    return ReduceScatter("reduce_scatter_tensor_coalesced", OpType::COALESCED, outputs, input_list,
+                         opts, [&](Tensors& out, TensorLists& in, const auto& o) {
+                           return host_->reduce_scatter_tensor_coalesced(out, in[0], o);
+                         });
   }
   WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
                         std::vector<int64_t>& input_splits,
                         const c10d::AllToAllOptions& opts) override {
-    HostStaging s("all_to_all_single");
-    auto host_out = s.Stage(output, Access::kWrite);
-    auto host_in = s.Stage(input, Access::kRead);
-    return s.Finish(*this, host_->alltoall_base(host_out, host_in, output_splits, input_splits, opts),
-                    OpType::ALLTOALL_BASE, {output});
+    return OutOfPlace("all_to_all_single", OpType::ALLTOALL_BASE, output, input, {output},
+                      [&](auto& out, auto& in) {
+                        return host_->alltoall_base(out, in, output_splits, input_splits, opts);
+                      });
   }
   WorkPtr alltoall(Tensors& outputs, Tensors& inputs, const c10d::AllToAllOptions& opts) override {
-    HostStaging s("all_to_all");
-    auto host_out = s.Stage(outputs, Access::kWrite);
-    auto host_in = s.Stage(inputs, Access::kRead);
-    return s.Finish(*this, host_->alltoall(host_out, host_in, opts), OpType::ALLTOALL, outputs);
+    return OutOfPlace("all_to_all", OpType::ALLTOALL, outputs, inputs, outputs,
+                      [&](auto& out, auto& in) { return host_->alltoall(out, in, opts); });
   }
   WorkPtr send(Tensors& tensors, int dst, int tag) override {
     HostStaging s("send");
@@ -367,6 +328,42 @@ class HostCopyBackend : public c10d::Backend {
   }
 
  private:
+  // Collectives that write `outputs` from `inputs` (tensors or lists of them); `result` is what
+  // the Work reports.
+  template <typename Out, typename In, typename Run>
+  WorkPtr OutOfPlace(const char* name, OpType type, Out& outputs, In& inputs,
+                     std::vector<at::Tensor> result, Run run) {
+    HostStaging s(name);
+    auto host_out = s.Stage(outputs, Access::kWrite);
+    auto host_in = s.Stage(inputs, Access::kRead);
+    return s.Finish(*this, run(host_out, host_in), type, std::move(result));
+  }
+
+  // The reduce-scatter family, as lists: `run` gets the host outputs and inputs and gloo's options.
+  template <typename Run>
+  WorkPtr ReduceScatter(const char* name, OpType type, Tensors& outputs, TensorLists& inputs,
+                        const c10d::ReduceScatterOptions& opts, Run run) {
+    HostStaging s(name);
+    HostReduction reduction(opts.reduceOp, getSize());
+    auto host_out = s.Stage(outputs, Access::kWrite);
+    auto host_in = s.Stage(inputs, Access::kRead);
+    for (auto& list : host_in) reduction.ScaleInputs(list, /*in_place=*/false);
+    auto work = run(host_out, host_in, OnHost(opts, reduction));
+    return s.Finish(*this, work, type, outputs, [&] { reduction.FinishOutputs(host_out); });
+  }
+
+  // allreduce, its coalesced form and reduce: in place, with the host-side half of AVG and
+  // PREMUL_SUM around `run` (the host backend's collective).
+  template <typename Options, typename Run>
+  WorkPtr ReduceInPlace(const char* name, OpType type, Tensors& tensors, const Options& opts, Run run) {
+    HostStaging s(name);
+    HostReduction reduction(opts.reduceOp, getSize());
+    auto host = s.Stage(tensors, Access::kReadWrite);
+    reduction.ScaleInputs(host, /*in_place=*/true);
+    auto work = run(host, OnHost(opts, reduction));
+    return s.Finish(*this, work, type, tensors, [&] { reduction.FinishOutputs(host); });
+  }
+
   c10::intrusive_ptr<c10d::Backend> host_;
 };
 
