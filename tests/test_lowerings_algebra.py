@@ -202,6 +202,20 @@ def test_complex_elementwise(dtype):
     run(lambda z: torch.vdot(z[:, 0], z[:, 1]), [z], ["vdot"], dtype)
 
 
+@pytest.mark.parametrize("dtype", [C64, C128], ids=name)
+def test_complex_sinh_cosh_lerp_logsumexp(dtype):
+    """Lowerings written for real types that once emitted a real-only abs on complex values (the
+    plugin refused to compile the graph)."""
+    z = rand(4, 5, dtype=dtype) * 3
+    axis = torch.tensor([2, -1, 0, float("inf"), float("nan")], dtype=dtype)  # zero imaginary parts
+    run(lambda z, a: (torch.sinh(z), torch.cosh(z), torch.sinh(a), torch.cosh(a)), [z, axis],
+        ["sinh", "cosh"], dtype)
+    w = rand(4, 5, dtype=dtype, seed=5)
+    run(lambda z, w: (torch.lerp(z, 2 * z + 1, 0.3), torch.lerp(z, -z, 0.8), torch.lerp(z, z.flip(0), w)),
+        [z, w], ["lerp.Scalar", "lerp.Tensor"], dtype)
+    run(lambda z: (torch.logsumexp(z, 1), torch.logsumexp(z, 0, keepdim=True)), [z], ["logsumexp"], dtype)
+
+
 @pytest.mark.parametrize("dtype", REAL, ids=name)
 def test_real_angle_sgn(dtype):
     v = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.0, -2.5], dtype=dtype)

@@ -1,6 +1,7 @@
 // Complex numbers: complex(real, imag), polar, _conj_physical, angle, sgn; and complex inputs of
 // lowerings written for real types elsewhere (abs, isnan, nan_to_num, var/std, vector norms,
-// tanh/sigmoid backward, pow with a complex exponent, addmm-style complex alpha/beta).
+// tanh/sigmoid backward, sinh/cosh, lerp, pow with a complex exponent, addmm-style complex
+// alpha/beta).
 //
 // Those other lowerings compute in their (real) output type and would drop the imaginary part,
 // or read a complex constant as its real part. Rather than editing them, this file registers last
@@ -115,6 +116,40 @@ std::vector<Val> ComplexSgn(LowerCtx& c) {
 }
 
 // ------------------------------------------------------------ complex paths of other lowerings
+
+// sinh and cosh of x + iy by parts, as std::sinh/std::cosh: sinh = sinh x cos y + i cosh x sin y,
+// cosh = cosh x cos y + i sinh x sin y. A zero imaginary part stays zero (inf * sin 0 is NaN).
+std::vector<Val> ComplexHyperbolic(LowerCtx& c, bool sinh) {
+  Emitter& e = c.e;
+  Val z = In(c, 0, c.out().dtype);
+  Val x = RealPart(e, z), y = ImagPart(e, z);
+  TensorType part{x.dtype(), x.dims()};
+  Val half = e.Full(0.5, part), zero = e.Full(0, part);
+  Val sh = e.Binary("multiply", half, e.Binary("subtract", e.Unary("exponential_minus_one", x),
+                                               e.Unary("exponential_minus_one", e.Unary("negate", x))));
+  Val ex = e.Unary("exponential", x);
+  Val ch = e.Binary("multiply", half, e.Binary("add", ex, e.Binary("divide", e.Full(1, part), ex)));
+  Val cos_y = e.Unary("cosine", y), sin_y = e.Unary("sine", y);
+  Val re = e.Binary("multiply", sinh ? sh : ch, cos_y);
+  Val im = e.Select(e.Compare("EQ", y, zero), y, e.Binary("multiply", sinh ? ch : sh, sin_y));
+  return {MakeComplex(e, re, im)};
+}
+std::vector<Val> ComplexSinh(LowerCtx& c) { return ComplexHyperbolic(c, true); }
+std::vector<Val> ComplexCosh(LowerCtx& c) { return ComplexHyperbolic(c, false); }
+
+// lerp with complex values: torch's two-sided formula with |w| the complex modulus,
+// |w| < 0.5 ? self + w * (end - self) : end + (w - 1) * (end - self).
+std::vector<Val> ComplexLerp(LowerCtx& c) {
+  Emitter& e = c.e;
+  const TensorType& t = c.out();
+  Val a = In(c, 0, t.dtype), b = In(c, 1, t.dtype);
+  Val w = c.is_tensor(2) ? In(c, 2, t.dtype) : ComplexFull(e, ComplexConstant(c, 2, 0), t);
+  Val size = Abs(e, w);
+  Val small = e.Compare("LT", size, e.Full(0.5, TensorType{size.dtype(), size.dims()}));
+  Val coeff = e.Select(small, w, e.Binary("subtract", w, ComplexFull(e, {1, 0}, t)));
+  Val diff = e.Binary("subtract", b, a);
+  return {e.Binary("add", e.Select(small, a, b), e.Binary("multiply", coeff, diff))};
+}
 
 std::vector<Val> ComplexAbs(LowerCtx& c) { return {c.e.Convert(Abs(c.e, c.tensor(0)), c.out().dtype)}; }
 
@@ -254,7 +289,7 @@ bool TakesComplexInput(LowerCtx& c) { return AnyComplexTensor(c); }
 bool HasComplexExponent(LowerCtx& c) { return IsComplexConstant(c, 1); }
 bool HasComplexAlphaBeta(LowerCtx& c) { return IsComplexConstant(c, 3) || IsComplexConstant(c, 4); }
 
-constexpr int kMaxRoutes = 16;
+constexpr int kMaxRoutes = 24;
 LowerFn g_original[kMaxRoutes];
 
 template <int K, LowerFn kComplexFn, bool (*kApplies)(LowerCtx&)>
@@ -293,6 +328,10 @@ void RegisterComplexOps(Registry& r) {
   Reroute(r, "addmv", 12, Route<12, ComplexAddmv, HasComplexAlphaBeta>);
   Reroute(r, "baddbmm", 13, Route<13, ComplexBaddbmm, HasComplexAlphaBeta>);
   Reroute(r, "sgn", 14, Route<14, ComplexSgn, TakesComplexInput>);
+  Reroute(r, "sinh", 15, Route<15, ComplexSinh, TakesComplexInput>);
+  Reroute(r, "cosh", 16, Route<16, ComplexCosh, TakesComplexInput>);
+  Reroute(r, "lerp.Scalar", 17, Route<17, ComplexLerp, TakesComplexInput>);
+  Reroute(r, "lerp.Tensor", 18, Route<18, ComplexLerp, TakesComplexInput>);
 }
 
 }  // namespace torch_pjrt::lowering

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "lowering/algebra.h"
 #include "lowering/helpers.h"
 
 namespace torch_pjrt::lowering {
@@ -318,16 +319,18 @@ std::vector<Val> LowerLogSoftmaxBackward(LowerCtx& c) {
                               c.out().dtype), c.out().dims)};
 }
 
-// logsumexp(self, dim, keepdim=False)
+// logsumexp(self, dim, keepdim=False). Complex inputs shift by their largest real part, as CPU
+// eager does.
 std::vector<Val> LowerLogsumexp(LowerCtx& c) {
   Val x = c.tensor(0);
   Dims dims = ReduceDims(c, 1, x.rank());
   ElementType acc = Opmath(c.out().dtype);
   Emitter& e = c.e;
-  Val xc = e.Convert(x, acc);
-  Val m = ReduceMax(e, xc, dims, true);
+  Val xc = ConvertTo(e, x, acc);
+  Val m = ReduceMax(e, RealPart(e, xc), dims, true);
   // A row of -inf would give inf - inf; shift by 0 there instead.
-  Val finite_m = e.Select(e.Compare("EQ", e.Unary("abs", m), e.Full(INFINITY, m.type)), e.Full(0, m.type), m);
+  m = e.Select(e.Compare("EQ", e.Unary("abs", m), e.Full(INFINITY, m.type)), e.Full(0, m.type), m);
+  Val finite_m = ConvertTo(e, m, acc);
   Dims kept;
   for (int64_t i = 0; i < xc.rank(); ++i) {
     bool reduced = false;
