@@ -202,6 +202,16 @@ def test_complex_elementwise(dtype):
     run(lambda z: torch.vdot(z[:, 0], z[:, 1]), [z], ["vdot"], dtype)
 
 
+@pytest.mark.parametrize("dtype", [C64, C128, F32], ids=name)
+def test_conj_physical_inplace_and_out(dtype):
+    z = rand(4, 5, dtype=dtype)
+    p = z.to("pjrt")
+    assert p.conj_physical_() is p and torch.equal(p.cpu(), z.conj_physical())
+    out = torch.empty(4, 5, dtype=dtype, device="pjrt")
+    assert torch.conj_physical(z.to("pjrt"), out=out) is out and torch.equal(out.cpu(), z.conj_physical())
+    assert not torch.pjrt.metrics.fallbacks().get("aten::conj_physical_")
+
+
 @pytest.mark.parametrize("dtype", [C64, C128], ids=name)
 def test_complex_sinh_cosh_lerp_logsumexp(dtype):
     """Lowerings written for real types that once emitted a real-only abs on complex values (the

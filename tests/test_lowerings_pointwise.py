@@ -246,3 +246,15 @@ def test_gradients(name):
         return torch.autograd.grad(y, x, g)[0]
 
     check(grad, [x], schema, torch.float64)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_fill_of_wide_unsigned_types(dtype):
+    """The number-range probe once had no uint16/32/64 case and raised NotImplementedError."""
+    x = torch.zeros(3, dtype=dtype)
+    for value in (7, -1):
+        assert torch.equal(torch.full_like(x.to("pjrt"), value).cpu(), torch.full_like(x, value))
+        assert torch.equal(x.to("pjrt").fill_(value).cpu(), x.clone().fill_(value))
+    if dtype != torch.uint64:
+        with pytest.raises(RuntimeError, match="without overflow"):
+            torch.full((2,), 2 ** 40, dtype=dtype, device="pjrt")

@@ -1,6 +1,7 @@
 #include "aten/cpu_probe.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -209,10 +210,11 @@ bool NumberOutOfRange(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   for (size_t i = 0; i < sig.num_functional_args; ++i) {
     if (!args[i].isScalar()) continue;
     bool overflows = false;
-    AT_DISPATCH_INTEGRAL_TYPES(*dtype, "NumberOutOfRange", [&] {
+    // Unsigned 16/32/64-bit included: the plain integral dispatch lacks them and raised on them.
+    AT_DISPATCH_V2(*dtype, "NumberOutOfRange", AT_WRAP([&] {
       overflows = args[i].isInt() ? c10::overflows<scalar_t>(args[i].toInt())
                                   : args[i].isDouble() && c10::overflows<scalar_t>(args[i].toDouble());
-    });
+    }), AT_EXPAND(AT_INTEGRAL_TYPES_V2));
     if (overflows) return true;
   }
   return false;

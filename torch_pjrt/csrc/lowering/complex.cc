@@ -310,7 +310,9 @@ void Reroute(Registry& r, const char* schema, int k, LowerFn route) {
 void RegisterComplexOps(Registry& r) {
   r.Add("complex", LowerComplex);
   r.Add("polar", LowerPolar);
-  r.Add("_conj_physical", LowerConjPhysical);
+  // conj_physical_ and its out= form are not named after _conj_physical: listed explicitly
+  // (without them the in-place op reached a CPU DispatchStub with no pjrt kernel).
+  r.Add("_conj_physical", LowerConjPhysical).extra_variants = {"conj_physical_", "conj_physical.out"};
   r.Add("angle", LowerAngle);
 
   Reroute(r, "abs", 0, Route<0, ComplexAbs, TakesComplexInput>);
