@@ -213,7 +213,7 @@ def test_conj_physical_inplace_and_out(dtype):
 
 
 @pytest.mark.parametrize("dtype", [C64, C128], ids=name)
-def test_complex_sinh_cosh_lerp_logsumexp(dtype):
+def test_complex_sinh_cosh_lerp_logsumexp_logaddexp(dtype):
     """Lowerings written for real types that once emitted a real-only abs on complex values (the
     plugin refused to compile the graph)."""
     z = rand(4, 5, dtype=dtype) * 3
@@ -224,6 +224,13 @@ def test_complex_sinh_cosh_lerp_logsumexp(dtype):
     run(lambda z, w: (torch.lerp(z, 2 * z + 1, 0.3), torch.lerp(z, -z, 0.8), torch.lerp(z, z.flip(0), w)),
         [z, w], ["lerp.Scalar", "lerp.Tensor"], dtype)
     run(lambda z: (torch.logsumexp(z, 1), torch.logsumexp(z, 0, keepdim=True)), [z], ["logsumexp"], dtype)
+    inf, nan = float("inf"), float("nan")
+    edges = torch.tensor([complex(inf, 1), complex(-inf, 1), complex(nan, 0), complex(inf, 0), complex(inf, 3),
+                          complex(-inf, 2), 0j, complex(inf, 0)], dtype=dtype)
+    partners = torch.tensor([complex(inf, 2), complex(-inf, 3), complex(1, 1), complex(inf, 1), complex(inf, 0),
+                             complex(3, 1), complex(inf, 0), complex(-inf, 0)], dtype=dtype)
+    run(lambda z, w, a, b: (torch.logaddexp(z, w), torch.logaddexp(a, b), torch.logaddexp(b, a)),
+        [z, w, edges, partners], ["logaddexp"], dtype)
 
 
 @pytest.mark.parametrize("dtype", REAL, ids=name)

@@ -1,6 +1,6 @@
 // Complex numbers: complex(real, imag), polar, _conj_physical, angle, sgn; and complex inputs of
 // lowerings written for real types elsewhere (abs, isnan, nan_to_num, var/std, vector norms,
-// tanh/sigmoid backward, sinh/cosh, lerp, pow with a complex exponent, addmm-style complex
+// tanh/sigmoid backward, sinh/cosh, lerp, logaddexp, pow with a complex exponent, addmm-style complex
 // alpha/beta).
 //
 // Those other lowerings compute in their (real) output type and would drop the imaginary part,
@@ -149,6 +149,43 @@ std::vector<Val> ComplexLerp(LowerCtx& c) {
   Val coeff = e.Select(small, w, e.Binary("subtract", w, ComplexFull(e, {1, 0}, t)));
   Val diff = e.Binary("subtract", b, a);
   return {e.Binary("add", e.Select(small, a, b), e.Binary("multiply", coeff, diff))};
+}
+
+// exp(+inf + iy) with C99's rules (what std::exp gives CPU eager): +inf for y = 0, else
+// (inf cos y, inf sin y); XLA's exp gives NaN parts there.
+Val ExpOfPlusInf(Emitter& e, const Val& z) {
+  Val y = ImagPart(e, z);
+  TensorType part{y.dtype(), y.dims()};
+  Val inf = e.Full(INFINITY, part);
+  Val zero_y = e.Compare("EQ", y, e.Full(0, part));
+  Val re = e.Select(zero_y, inf, e.Binary("multiply", inf, e.Unary("cosine", y)));
+  Val im = e.Select(zero_y, y, e.Binary("multiply", inf, e.Unary("sine", y)));
+  return MakeComplex(e, re, im);
+}
+// log(z) with C99's rules for infinite parts: (log |z|, atan2(im, re)), |z| = +inf when a part is.
+Val LogC99(Emitter& e, const Val& z) {
+  return MakeComplex(e, e.Unary("log", Abs(e, z)), e.Binary("atan2", ImagPart(e, z), RealPart(e, z)));
+}
+
+// logaddexp of complex values, as CPU eager's _log_add_exp_helper: with lo/hi the operands
+// ordered by real part (lo = y on ties, as CPU), log1p(exp(lo - hi)) + hi; a NaN part in lo gives
+// NaN; equal infinite real parts give lo (-inf) or log(exp(lo) + exp(hi)) (+inf, C99 rules).
+std::vector<Val> ComplexLogaddexp(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = c.out().dtype;
+  Val x = In(c, 0, t), y = In(c, 1, t);
+  Val y_lower = e.Compare("LE", RealPart(e, y), RealPart(e, x));
+  Val lo = e.Select(y_lower, y, x), hi = e.Select(y_lower, x, y);
+  Val lo_re = RealPart(e, lo);
+  TensorType part{lo_re.dtype(), lo_re.dims()};
+  Val general = e.Binary("add", e.Unary("log_plus_one", e.Unary("exponential", e.Binary("subtract", lo, hi))), hi);
+  Val both_inf = e.Binary("and", e.Compare("EQ", e.Unary("abs", lo_re), e.Full(INFINITY, part)),
+                          e.Compare("EQ", lo_re, RealPart(e, hi)));
+  Val plus_inf = LogC99(e, e.Binary("add", ExpOfPlusInf(e, lo), ExpOfPlusInf(e, hi)));
+  Val inf_case = e.Select(e.Compare("LT", lo_re, e.Full(0, part)), lo, plus_inf);
+  Val r = e.Select(both_inf, inf_case, general);
+  Val nan = MakeComplex(e, e.Full(NAN, part), e.Full(NAN, part));
+  return {e.Select(IsNan(e, lo), nan, r)};
 }
 
 std::vector<Val> ComplexAbs(LowerCtx& c) { return {c.e.Convert(Abs(c.e, c.tensor(0)), c.out().dtype)}; }
@@ -334,6 +371,7 @@ void RegisterComplexOps(Registry& r) {
   Reroute(r, "cosh", 16, Route<16, ComplexCosh, TakesComplexInput>);
   Reroute(r, "lerp.Scalar", 17, Route<17, ComplexLerp, TakesComplexInput>);
   Reroute(r, "lerp.Tensor", 18, Route<18, ComplexLerp, TakesComplexInput>);
+  Reroute(r, "logaddexp", 19, Route<19, ComplexLogaddexp, TakesComplexInput>);
 }
 
 }  // namespace torch_pjrt::lowering
