@@ -314,8 +314,7 @@ def _active_plugin_name() -> Optional[str]:
 
 
 def _active_plugin_capabilities() -> Dict[str, Any]:
-    name = _active_plugin_name()
-    p = registry.plugin(name) if name is not None else None
+    p = registry.plugin(_active_plugin_name())
     return p.capabilities() if p is not None else {}
 
 

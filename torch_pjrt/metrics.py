@@ -20,11 +20,16 @@ SYNC_PREFIX = "Sync::"       # syncs per cause
 LOWERED_PREFIX = "Lowered::"  # ops traced natively, per lowering (schema name)
 DYNAMO_PREFIX = "Dynamo::"    # torch.compile backend: graphs, partitions, calls traced again
 COLLECTIVES_PREFIX = "Collectives::"  # collectives on pjrt tensors run through host copies
+_PREFIXES = (SYNC_PREFIX, LOWERED_PREFIX, DYNAMO_PREFIX, COLLECTIVES_PREFIX)
 
 
 def _is_fallback(name: str) -> bool:
-    return "::" in name and not name.startswith((SYNC_PREFIX, LOWERED_PREFIX, DYNAMO_PREFIX,
-                                                           COLLECTIVES_PREFIX))
+    return "::" in name and not name.startswith(_PREFIXES)
+
+
+def _with_prefix(prefix: str) -> Dict[str, int]:
+    """The counters named `prefix` + name, by name."""
+    return {k[len(prefix):]: v for k, v in counters().items() if k.startswith(prefix)}
 
 
 def counters() -> Dict[str, int]:
@@ -50,7 +55,7 @@ def fallbacks() -> Dict[str, int]:
 def lowered() -> Dict[str, int]:
     """Ops traced natively per lowering (schema name, in-place and out= variants counted with
     their functional op), e.g. {"add.Tensor": 12}."""
-    return {k[len(LOWERED_PREFIX):]: v for k, v in counters().items() if k.startswith(LOWERED_PREFIX)}
+    return _with_prefix(LOWERED_PREFIX)
 
 
 def dynamo() -> Dict[str, int]:
@@ -59,19 +64,18 @@ def dynamo() -> Dict[str, int]:
     ``partitions`` (captured pieces of graphs split around CPU fallbacks), ``traced_calls`` (calls
     that traced instead of replaying). Replays and captures are the ``GraphReplays`` and
     ``GraphsCaptured`` counters."""
-    return {k[len(DYNAMO_PREFIX):]: v for k, v in counters().items() if k.startswith(DYNAMO_PREFIX)}
+    return _with_prefix(DYNAMO_PREFIX)
 
 
 def collectives() -> Dict[str, int]:
     """Collectives on pjrt tensors that ran on host copies (the ``pjrt`` process-group backend),
     per collective, e.g. {"allreduce": 12, "broadcast": 4}."""
-    return {k[len(COLLECTIVES_PREFIX):]: v for k, v in counters().items()
-            if k.startswith(COLLECTIVES_PREFIX)}
+    return _with_prefix(COLLECTIVES_PREFIX)
 
 
 def syncs() -> Dict[str, int]:
     """Syncs by cause, e.g. {"item": 10, "to_cpu": 1}."""
-    return {k[len(SYNC_PREFIX):]: v for k, v in counters().items() if k.startswith(SYNC_PREFIX)}
+    return _with_prefix(SYNC_PREFIX)
 
 
 def reset() -> None:

@@ -11,6 +11,7 @@ plugin.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 
@@ -65,8 +66,6 @@ class DevicePlugin:
     def host_index(self) -> int:
         """Index of this host in a multi-host job: torchrun's node rank (``GROUP_RANK``) unless
         the plugin knows better (a TPU slice's worker id)."""
-        import os
-
         return int(os.environ.get("GROUP_RANK", "0"))
 
     def shutdown(self) -> None:

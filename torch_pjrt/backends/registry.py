@@ -255,6 +255,6 @@ def _set_autocast_default(capabilities: Dict[str, str]) -> None:
         torch.set_autocast_dtype("pjrt", getattr(torch, names[0]))
 
 
-def plugin(name: str) -> Optional[DevicePlugin]:
+def plugin(name: Optional[str]) -> Optional[DevicePlugin]:
     record = discover().get(name)
     return record.plugin if record else None

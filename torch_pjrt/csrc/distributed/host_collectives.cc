@@ -10,14 +10,25 @@
 namespace torch_pjrt::distributed {
 namespace {
 
+using CopyBack = std::vector<std::pair<at::Tensor, at::Tensor>>;  // (host, pjrt)
+
+void CopyBackAll(const CopyBack& copy_back) {
+  for (const auto& [host, device] : copy_back) device.copy_(host);
+}
+
+// A future already holding `result`: what DDP's reducer and the functional collectives read.
+c10::intrusive_ptr<c10::ivalue::Future> CompletedFuture(const std::vector<at::Tensor>& result) {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+  future->markCompleted(c10::IValue(result));
+  return future;
+}
+
 // A collective that has finished: wait() returns at once and the future holds its results, as
 // DDP's reducer reads them.
 class CompletedWork : public c10d::Work {
  public:
   CompletedWork(int rank, c10d::OpType type, std::vector<at::Tensor> result)
-      : Work(rank, type), result_(std::move(result)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())) {
-    future_->markCompleted(c10::IValue(result_));
+      : Work(rank, type), result_(std::move(result)), future_(CompletedFuture(result_)) {
     finish();
   }
   bool isCompleted() override { return true; }
@@ -30,8 +41,6 @@ class CompletedWork : public c10d::Work {
   std::vector<at::Tensor> result_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
-
-using CopyBack = std::vector<std::pair<at::Tensor, at::Tensor>>;  // (host, pjrt)
 
 // A receive still under way: peers may send only after they receive, so receives cannot wait
 // when issued (a send's host copy goes out asynchronously on its own). The copy back into the pjrt
@@ -59,15 +68,13 @@ class ReceiveWork : public c10d::Work {
   // Waits: the future must hold the pjrt tensors' received values.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     wait(kNoTimeout);
-    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
-    future->markCompleted(c10::IValue(result_));
-    return future;
+    return CompletedFuture(result_);
   }
 
  private:
   void CopyBackOnce() {
     std::lock_guard<std::mutex> lock(copy_mutex_);
-    for (auto& [host, device] : copy_back_) device.copy_(host);
+    CopyBackAll(copy_back_);
     copy_back_.clear();
   }
   c10::intrusive_ptr<c10d::Work> host_;
@@ -111,29 +118,33 @@ class HostStaging {
   }
 
   // Waits for the host work, runs `after_host` (AVG's division), copies written tensors back;
-  // `result` is what Work::result() and
-  // the future give (the collective's user-visible outputs).
+  // `result` is what Work::result() and the future give (the collective's user-visible outputs).
   c10::intrusive_ptr<c10d::Work> Finish(const c10d::Backend& backend,
                                         const c10::intrusive_ptr<c10d::Work>& work,
                                         c10d::OpType type, std::vector<at::Tensor> result,
                                         const std::function<void()>& after_host = nullptr) {
     work->wait();
     if (after_host) after_host();
-    for (auto& [host, device] : copy_back_) device.copy_(host);
-    if (staged_any_) graph::Metrics::IncrementNamed(std::string("Collectives::") + collective_);
+    CopyBackAll(copy_back_);
+    Count();
     return c10::make_intrusive<CompletedWork>(backend.getRank(), type, std::move(result));
   }
   // For sends and receives: the host work goes on; a receive copies back when waited for.
   c10::intrusive_ptr<c10d::Work> Defer(const c10d::Backend& backend,
                                        c10::intrusive_ptr<c10d::Work> work, c10d::OpType type,
                                        std::vector<at::Tensor> result) {
-    if (staged_any_) graph::Metrics::IncrementNamed(std::string("Collectives::") + collective_);
+    Count();
     if (copy_back_.empty()) return work;
     return c10::make_intrusive<ReceiveWork>(backend.getRank(), type, std::move(work),
                                             std::move(copy_back_), std::move(result));
   }
 
  private:
+  // Collectives that moved pjrt tensors (torch.pjrt.metrics.collectives()); CPU-only ones did not.
+  void Count() const {
+    if (staged_any_) graph::Metrics::IncrementNamed(std::string("Collectives::") + collective_);
+  }
+
   const char* collective_;
   bool staged_any_ = false;
   CopyBack copy_back_;
