@@ -68,6 +68,13 @@ class DevicePlugin:
         the plugin knows better (a TPU slice's worker id)."""
         return int(os.environ.get("GROUP_RANK", "0"))
 
+    def distributed_client_options(self, process_index: int, process_count: int) -> Dict[str, Any]:
+        """Extra ``PJRT_Client_Create`` options when the plugin runs collectives across processes
+        (``cross_process_collectives``) in a job of ``process_count`` processes: by default the
+        ``node_id``/``num_nodes`` that XLA's GPU plugins read. The client also gets PJRT's
+        key-value callbacks over torch.distributed's store."""
+        return {"node_id": process_index, "num_nodes": process_count}
+
     def shutdown(self) -> None:
         """Called at interpreter exit after the client is destroyed."""
 
@@ -102,6 +109,13 @@ class DevicePlugin:
     #: explicitly, so torch.maximum, amax, relu and max pooling still propagate it.
     nan_propagating_min_max: bool = True
 
+    #: True when the plugin runs XLA collectives between processes (given the key-value store
+    #: and ``distributed_client_options``): the ``pjrt`` process group then puts all-reduce,
+    #: broadcast, all-gather and reduce-scatter into the lazy graph, so a DDP step stays one
+    #: program. False (the CPU plugin, which ignores the key-value callbacks): they run through
+    #: gloo on host copies.
+    cross_process_collectives: bool = False
+
     #: dtypes autocast may use on this device, preferred first (the first is autocast's default).
     amp_dtypes: Tuple[str, ...] = ("bfloat16", "float16")
 
@@ -115,6 +129,7 @@ class DevicePlugin:
             **{name: getattr(self, name) for name in _BOOLEAN_CAPABILITIES},
             "default_matmul_precision": self.default_matmul_precision,
             "amp_dtypes": [dtype_name(d) for d in self.amp_dtypes],
+            "cross_process_collectives": bool(self.cross_process_collectives),
         }
 
     def runtime_capabilities(self) -> Dict[str, str]:

@@ -21,7 +21,8 @@ from .base import DevicePlugin
 
 ENTRY_POINT_GROUP = "torch_pjrt.plugins"
 _CAPABILITY_ATTRIBUTES = ("supported_dtypes", "unsupported_dtype_policy", "dense_gather",
-                          "default_matmul_precision", "fast_transposed_matmul", "amp_dtypes")
+                          "default_matmul_precision", "fast_transposed_matmul", "amp_dtypes",
+                          "nan_propagating_min_max", "cross_process_collectives")
 
 _lock = threading.RLock()
 _records: Optional[Dict[str, "PluginRecord"]] = None
@@ -217,6 +218,8 @@ def candidate_config(index: int) -> Optional[Dict]:
     record = records[index]
     strict = requested_name() is not None
     plugin = record.plugin
+    # Raised, never skipped: falling back to another plugin would hide a misordered script.
+    job = _cross_process_job(record.name, plugin)
     try:
         topology = _local_topology()
         if topology is None:
@@ -230,6 +233,10 @@ def candidate_config(index: int) -> Optional[Dict]:
             "capabilities": plugin.runtime_capabilities(),
             "strict": strict,
         }
+        if job is not None:
+            rank, size, store = job
+            config["options"].update(plugin.distributed_client_options(rank, size))
+            config["kv_store"] = store
     except Exception as e:
         message = f"{type(e).__name__}: {e}"
         if strict:
@@ -240,6 +247,26 @@ def candidate_config(index: int) -> Optional[Dict]:
     # If this candidate fails to start, the next one's configuration sets the default again.
     _set_autocast_default(config["capabilities"])
     return config
+
+
+def _cross_process_job(name: str, plugin: DevicePlugin):
+    """(rank, world size, store) when ``plugin`` runs collectives across the processes of a job
+    of several, else None. Its client needs torch.distributed's store to find its peers, so the
+    process group must exist before the device is first used."""
+    from .. import distributed
+
+    if not plugin.cross_process_collectives:
+        return None
+    job = distributed.client_job()
+    size = distributed.world_size()
+    if job is None and size > 1:
+        raise RuntimeError(
+            f"the pjrt device (plugin '{name}') was used before torch.distributed.init_process_group "
+            f"in a job of {size} processes (WORLD_SIZE={size}). Plugin '{name}' runs collectives "
+            f"across processes, and its client needs the process group's store to find its peers "
+            f"when it starts: call torch.distributed.init_process_group(\"pjrt\") (or "
+            f"\"cpu:gloo,pjrt:pjrt\") before creating any pjrt tensor in each process.")
+    return job
 
 
 def _set_autocast_default(capabilities: Dict[str, str]) -> None:

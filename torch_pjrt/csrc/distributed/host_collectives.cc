@@ -4,7 +4,10 @@
 
 #include <functional>
 #include <mutex>
+#include <optional>
 
+#include "distributed/graph_collectives.h"
+#include "distributed/reduction.h"
 #include "graph/metrics.h"
 
 namespace torch_pjrt::distributed {
@@ -150,60 +153,17 @@ class HostStaging {
   CopyBack copy_back_;
 };
 
-// gloo reduces with SUM, PRODUCT, MIN, MAX and the bitwise ops. AVG and PREMUL_SUM (what DDP,
-// FSDP and DTensor ask of NCCL) run as a SUM with the scaling done on the host copies, so they work
-// on every plugin. Integer averages truncate, as NCCL's do.
-class HostReduction {
- public:
-  HostReduction(const c10d::ReduceOp& op, int group_size) : group_size_(group_size) {
-    if (op == c10d::ReduceOp::AVG || op == c10d::ReduceOp::PREMUL_SUM) {
-      average_ = op == c10d::ReduceOp::AVG;
-      if (op == c10d::ReduceOp::PREMUL_SUM) {
-        const auto* factor = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
-        TORCH_CHECK(factor != nullptr, "ReduceOp.PREMUL_SUM needs a factor (use "
-                    "torch.distributed._make_nccl_premul_sum(factor))");
-        factor_ = factor->tensor_factor.defined() ? factor->tensor_factor.to(at::kCPU)
-                                                  : at::scalar_tensor(factor->double_factor);
-      }
-      op_ = c10d::ReduceOp::SUM;
-    } else {
-      op_ = op;
-    }
-  }
-  // What gloo runs.
-  c10d::ReduceOp op() const { return op_; }
-  // PREMUL_SUM's factor applied to host inputs: in place when the collective overwrites them
-  // anyway, otherwise on new tensors (a CPU input is the caller's tensor).
-  void ScaleInputs(std::vector<at::Tensor>& host, bool in_place) const {
-    if (!factor_.defined()) return;
-    for (auto& t : host) {
-      auto factor = factor_.to(t.scalar_type());
-      if (in_place) t.mul_(factor); else t = t.mul(factor);
-    }
-  }
-  // AVG's division of the host outputs by the group size.
-  void FinishOutputs(std::vector<at::Tensor>& host) const {
-    if (!average_) return;
-    for (auto& t : host) {
-      if (at::isIntegralType(t.scalar_type(), /*includeBool=*/true)) {
-        t.div_(group_size_, "trunc");
-      } else {
-        t.div_(group_size_);
-      }
-    }
-  }
-
- private:
-  int group_size_;
-  c10d::ReduceOp op_;
-  at::Tensor factor_;
-  bool average_ = false;
-};
-
 template <typename Options>
-Options OnHost(Options opts, const HostReduction& reduction) {
+Options OnHost(Options opts, const Reduction& reduction) {
   opts.reduceOp = reduction.op();
   return opts;
+}
+
+bool AllPjrt(const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts) {
+    if (!t.defined() || !t.device().is_privateuseone()) return false;
+  }
+  return !ts.empty();
 }
 
 std::vector<at::Tensor> Flatten(const std::vector<std::vector<at::Tensor>>& lists) {
@@ -218,11 +178,13 @@ using Tensors = std::vector<at::Tensor>;
 using TensorLists = std::vector<std::vector<at::Tensor>>;
 
 // Each collective: stage, run on the host backend, finish. Options pass through unchanged, so
-// every ReduceOp, root, tag and timeout behaves as gloo's.
+// every ReduceOp, root, tag and timeout behaves as gloo's. With a GraphGroup (a plugin that runs
+// collectives across processes), all-reduce, broadcast, all-gather and reduce-scatter of pjrt
+// tensors enter the lazy graph instead (graph_collectives.h); the rest keeps the host path.
 class HostCopyBackend : public c10d::Backend {
  public:
-  explicit HostCopyBackend(c10::intrusive_ptr<c10d::Backend> host)
-      : Backend(host->getRank(), host->getSize()), host_(std::move(host)) {}
+  HostCopyBackend(c10::intrusive_ptr<c10d::Backend> host, std::optional<GraphGroup> graph)
+      : Backend(host->getRank(), host->getSize()), host_(std::move(host)), graph_(std::move(graph)) {}
 
   const std::string getBackendName() const override { return "pjrt"; }
   void setTimeout(std::chrono::milliseconds timeout) override { host_->setTimeout(timeout); }
@@ -234,16 +196,28 @@ class HostCopyBackend : public c10d::Backend {
   }
 
   WorkPtr broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override {
+    if (InGraph(tensors)) {
+      GraphBroadcast(tensors, static_cast<int>(opts.rootRank), *graph_);
+      return Completed(OpType::BROADCAST, tensors);
+    }
     HostStaging s("broadcast");
     auto host = s.Stage(tensors, Access::kReadWrite);
     return s.Finish(*this, host_->broadcast(host, opts), OpType::BROADCAST, tensors);
   }
   WorkPtr allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override {
+    if (InGraph(tensors) && GraphReducible(opts.reduceOp)) {
+      GraphAllReduce(tensors, opts.reduceOp, *graph_);
+      return Completed(OpType::ALLREDUCE, tensors);
+    }
     return ReduceInPlace("allreduce", OpType::ALLREDUCE, tensors, opts,
                          [&](Tensors& host, const auto& o) { return host_->allreduce(host, o); });
   }
   WorkPtr allreduce_coalesced(Tensors& tensors,
                               const c10d::AllreduceCoalescedOptions& opts) override {
+    if (InGraph(tensors) && GraphReducible(opts.reduceOp)) {
+      GraphAllReduce(tensors, opts.reduceOp, *graph_);
+      return Completed(OpType::ALLREDUCE_COALESCED, tensors);
+    }
     return ReduceInPlace("allreduce_coalesced", OpType::ALLREDUCE_COALESCED, tensors, opts,
                          [&](Tensors& host, const auto& o) { return host_->allreduce_coalesced(host, o); });
   }
@@ -253,11 +227,22 @@ class HostCopyBackend : public c10d::Backend {
   }
   WorkPtr allgather(TensorLists& outputs, Tensors& inputs,
                     const c10d::AllgatherOptions& opts) override {
+    if (inputs.size() == 1 && outputs.size() == 1 && InGraph(outputs[0]) && InGraph(inputs)) {
+      at::Tensor gathered = at::empty({inputs[0].numel() * getSize()}, inputs[0].options());
+      GraphAllGather(gathered, inputs[0], *graph_);
+      auto chunks = gathered.chunk(getSize());
+      for (int r = 0; r < getSize(); ++r) outputs[0][r].copy_(chunks[r].view(outputs[0][r].sizes()));
+      return Completed(OpType::ALLGATHER, outputs[0]);
+    }
     return OutOfPlace("allgather", OpType::ALLGATHER, outputs, inputs, Flatten(outputs),
                       [&](auto& out, auto& in) { return host_->allgather(out, in, opts); });
   }
   WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input,
                           const c10d::AllgatherOptions& opts) override {
+    if (InGraph({output, input})) {
+      GraphAllGather(output, input, *graph_);
+      return Completed(OpType::_ALLGATHER_BASE, {output});
+    }
     return OutOfPlace("allgather_into_tensor", OpType::_ALLGATHER_BASE, output, input, {output},
                       [&](auto& out, auto& in) { return host_->_allgather_base(out, in, opts); });
   }
@@ -269,6 +254,10 @@ class HostCopyBackend : public c10d::Backend {
   }
   WorkPtr allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
                                           const c10d::AllgatherOptions& opts) override {
+    if (InGraph(outputs) && InGraph(inputs) && outputs.size() == inputs.size()) {
+      for (size_t i = 0; i < inputs.size(); ++i) GraphAllGather(outputs[i], inputs[i], *graph_);
+      return Completed(OpType::COALESCED, outputs);
+    }
     return OutOfPlace("allgather_into_tensor_coalesced", OpType::COALESCED, outputs, inputs, outputs,
                       [&](auto& out, auto& in) {
                         return host_->allgather_into_tensor_coalesced(out, in, opts);
@@ -284,6 +273,12 @@ class HostCopyBackend : public c10d::Backend {
   }
   WorkPtr reduce_scatter(Tensors& outputs, TensorLists& inputs,
                          const c10d::ReduceScatterOptions& opts) override {
+    if (outputs.size() == 1 && inputs.size() == 1 && InGraph(outputs) && InGraph(inputs[0]) && GraphReducible(opts.reduceOp)) {
+      std::vector<at::Tensor> flat;
+      for (const auto& t : inputs[0]) flat.push_back(t.reshape({t.numel()}));
+      GraphReduceScatter(outputs[0], at::cat(flat), opts.reduceOp, *graph_);
+      return Completed(OpType::REDUCE_SCATTER, outputs);
+    }
     return ReduceScatter("reduce_scatter", OpType::REDUCE_SCATTER, outputs, inputs, opts,
                          [&](Tensors& out, TensorLists& in, const auto& o) {
                            return host_->reduce_scatter(out, in, o);
@@ -291,6 +286,10 @@ class HostCopyBackend : public c10d::Backend {
   }
   WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                const c10d::ReduceScatterOptions& opts) override {
+    if (InGraph({output, input}) && GraphReducible(opts.reduceOp)) {
+      GraphReduceScatter(output, input, opts.reduceOp, *graph_);
+      return Completed(OpType::_REDUCE_SCATTER_BASE, {output});
+    }
     Tensors outputs{output};
     TensorLists inputs{{input}};
     return ReduceScatter("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE, outputs, inputs, opts,
@@ -300,6 +299,10 @@ class HostCopyBackend : public c10d::Backend {
   }
   WorkPtr reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
                                           const c10d::ReduceScatterOptions& opts) override {
+    if (InGraph(outputs) && InGraph(inputs) && outputs.size() == inputs.size() && GraphReducible(opts.reduceOp)) {
+      for (size_t i = 0; i < inputs.size(); ++i) GraphReduceScatter(outputs[i], inputs[i], opts.reduceOp, *graph_);
+      return Completed(OpType::COALESCED, outputs);
+    }
     TensorLists input_list{inputs};
     return ReduceScatter("reduce_scatter_tensor_coalesced", OpType::COALESCED, outputs, input_list,
                          opts, [&](Tensors& out, TensorLists& in, const auto& o) {
@@ -339,6 +342,12 @@ class HostCopyBackend : public c10d::Backend {
   }
 
  private:
+  // True when this collective enters the graph: a graph group and only pjrt tensors.
+  bool InGraph(const Tensors& tensors) const { return graph_.has_value() && AllPjrt(tensors); }
+  WorkPtr Completed(OpType type, Tensors result) const {
+    return c10::make_intrusive<CompletedWork>(getRank(), type, std::move(result));
+  }
+
   // Collectives that write `outputs` from `inputs` (tensors or lists of them); `result` is what
   // the Work reports.
   template <typename Out, typename In, typename Run>
@@ -355,7 +364,7 @@ class HostCopyBackend : public c10d::Backend {
   WorkPtr ReduceScatter(const char* name, OpType type, Tensors& outputs, TensorLists& inputs,
                         const c10d::ReduceScatterOptions& opts, Run run) {
     HostStaging s(name);
-    HostReduction reduction(opts.reduceOp, getSize());
+    Reduction reduction(opts.reduceOp, getSize());
     auto host_out = s.Stage(outputs, Access::kWrite);
     auto host_in = s.Stage(inputs, Access::kRead);
     for (auto& list : host_in) reduction.ScaleInputs(list, /*in_place=*/false);
@@ -368,7 +377,7 @@ class HostCopyBackend : public c10d::Backend {
   template <typename Options, typename Run>
   WorkPtr ReduceInPlace(const char* name, OpType type, Tensors& tensors, const Options& opts, Run run) {
     HostStaging s(name);
-    HostReduction reduction(opts.reduceOp, getSize());
+    Reduction reduction(opts.reduceOp, getSize());
     auto host = s.Stage(tensors, Access::kReadWrite);
     reduction.ScaleInputs(host, /*in_place=*/true);
     auto work = run(host, OnHost(opts, reduction));
@@ -376,13 +385,23 @@ class HostCopyBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Backend> host_;
+  std::optional<GraphGroup> graph_;
 };
 
 }  // namespace
 
 c10::intrusive_ptr<c10d::Backend> MakeHostCopyBackend(c10::intrusive_ptr<c10d::Backend> host) {
   TORCH_CHECK(host, "MakeHostCopyBackend needs a host backend");
-  return c10::make_intrusive<HostCopyBackend>(std::move(host));
+  return c10::make_intrusive<HostCopyBackend>(std::move(host), std::nullopt);
+}
+
+c10::intrusive_ptr<c10d::Backend> MakeGraphCollectiveBackend(c10::intrusive_ptr<c10d::Backend> host,
+                                                              GraphGroup group) {
+  TORCH_CHECK(host, "MakeGraphCollectiveBackend needs a host backend");
+  TORCH_CHECK(group.size() == host->getSize() && group.rank == host->getRank(),
+              "pjrt: the graph group's devices (", group.size(), ") and rank (", group.rank,
+              ") disagree with the process group's size ", host->getSize(), " and rank ", host->getRank());
+  return c10::make_intrusive<HostCopyBackend>(std::move(host), std::move(group));
 }
 
 }  // namespace torch_pjrt::distributed

@@ -56,6 +56,7 @@ struct LoweredGraph {
   std::string text;
   std::vector<TensorType> arg_types;
   std::string summary;
+  Dims replica_devices;  // a program with collectives: the job-wide device of each replica
 };
 
 // Compilers (LLVM under XLA) allocate and free hundreds of MB per compile; glibc keeps the freed
@@ -183,6 +184,7 @@ LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outp
     e.SetParameterAttr(param, "tf.aliasing_output = " + std::to_string(output) + " : i32");
   }
   g.text = e.Finish(results);
+  g.replica_devices = e.replica_devices();
   return g;
 }
 
@@ -251,6 +253,7 @@ void ResetTrace(DeviceTrace& trace) {
   trace.dirty.clear();
   trace.checks.clear();
   trace.draws.clear();
+  trace.replica_devices.clear();
   trace.params.clear();
   for (auto& b : trace.slot_bytes) b.clear();
   trace.slot_count.fill(0);
@@ -487,16 +490,19 @@ std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause 
     std::vector<Value> targets(pending.outputs.begin(), pending.outputs.end() - 1);
     compiled->check_dependents = CheckDependents(trace.checks, targets);
   }
-  compiled->executable = cache.LoadFromDisk(key, fingerprint, client);
+  // A replicated program is bound to this job's devices: never shared through the disk cache.
+  const bool replicated = !g.replica_devices.empty();
+  if (!replicated) compiled->executable = cache.LoadFromDisk(key, fingerprint, client);
   bool from_disk = static_cast<bool>(compiled->executable);
   if (from_disk) {
     Metrics::Increment(Counter::kCacheHitsDisk);
   } else {
     ScopedTimer timer(Timer::kCompile);
-    compiled->executable = runtime::Executable::Compile(client, g.text);
+    compiled->executable = runtime::Executable::Compile(
+        client, g.text, std::vector<int64_t>(g.replica_devices.begin(), g.replica_devices.end()));
     Metrics::Increment(Counter::kGraphsCompiled);
     ReleaseFreedHeap();
-    cache.StoreToDisk(key, fingerprint, *compiled->executable);
+    if (!replicated) cache.StoreToDisk(key, fingerprint, *compiled->executable);
   }
   if (Debug().log_compiles) ExplainCompile(key, device, cause, g, pending.outputs.size(), MsSince(t0), from_disk);
   if (compiled->executable->num_outputs() != pending.outputs.size()) {
@@ -634,6 +640,15 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   }
   ResetTrace(trace);
   if (failure) throw DeviceError(*failure);
+}
+
+std::string PendingGraphText(int device) {
+  GraphLock lock;
+  if (device >= NumTracedDevices()) return "";
+  const DeviceTrace& trace = Trace(device);
+  PendingGraph g = CollectTargets(trace);
+  if (g.outputs.empty()) return "";
+  return LowerTrace(trace, g.outputs, Donations(trace, g), /*want_summary=*/false).text;
 }
 
 void SyncAllDevices(SyncCause cause) {

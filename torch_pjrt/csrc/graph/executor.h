@@ -52,6 +52,9 @@ std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
 // replays the program with buffers that others may hold) and the launch is described there.
 void SyncDevice(int device, SyncCause cause, LaunchRecord* record = nullptr);
 void SyncAllDevices(SyncCause cause);
+// The StableHLO the next sync of `device` would compile, without compiling or running it ("" when
+// nothing is pending): torch.pjrt's graph inspection and the collectives' program tests.
+std::string PendingGraphText(int device);
 // Blocks until every execution started on `device` (-1: all) has finished.
 void WaitDevice(int device);
 bool DeviceIdle(int device);

@@ -67,6 +67,10 @@ struct DeviceTrace {
   std::array<std::string, kNumElementTypes> slot_bytes;  // packed value scalars, per dtype
   std::array<int32_t, kNumElementTypes> slot_count{};
   std::vector<RandomDraw> draws;
+  // The job-wide devices of the process group whose collectives this trace holds (empty: none).
+  // A graph is one program of one group's replicas, so a collective of another group first
+  // launches the pending graph.
+  Dims replica_devices;
   std::vector<LazyStorage*> dirty;  // storages written in this epoch (null once they die)
   int64_t op_nodes = 0;             // op nodes made in this epoch
 };

@@ -1,5 +1,6 @@
 #include "lowering/emitter.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -162,7 +163,9 @@ void Emitter::SetParameterAttr(int index, std::string attr) { param_attrs_[index
 std::string Emitter::Finish(const std::vector<Val>& results) {
   std::string s;
   s.reserve(body_.size() + 512);
-  s += "module @torch_pjrt attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
+  const size_t replicas = std::max<size_t>(replica_devices_.size(), 1);
+  s += "module @torch_pjrt attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = " +
+       std::to_string(replicas) + " : i32} {\n";
   s += "  func.func public @main(";
   for (size_t i = 0; i < params_.size(); ++i) {
     if (i) s += ", ";
@@ -549,6 +552,66 @@ std::string Emitter::Block(const std::vector<TensorType>& arg_types, const Regio
   ret += " : ";
   for (size_t i = 0; i < results.size(); ++i) ret += (i ? ", " : "") + TypeString(results[i]);
   return "  " + header + inner + ret + "\n";
+}
+
+// ---------------------------------------------------------------- collectives
+
+void Emitter::SetReplicaDevices(const Dims& devices) {
+  if (devices.empty()) throw std::invalid_argument("pjrt: a collective needs at least one replica");
+  if (!replica_devices_.empty() && replica_devices_ != devices) {
+    throw std::logic_error("pjrt: one graph holds collectives of two process groups (devices " +
+                           DimsString(replica_devices_) + " and " + DimsString(devices) + ")");
+  }
+  replica_devices_ = devices;
+}
+
+std::string Emitter::ReplicaGroupsAttr() const {
+  const int64_t n = static_cast<int64_t>(replica_devices_.size());
+  std::string ids;
+  for (int64_t r = 0; r < n; ++r) ids += (r ? ", " : "") + std::to_string(r);
+  return "replica_groups = dense<[[" + ids + "]]> : tensor<1x" + std::to_string(n) + "xi64>";
+}
+
+std::string Emitter::CombinerBlock(ElementType t, std::string_view op) {
+  TensorType scalar{t, {}};
+  // The bare op: compilers recognize only a single add/multiply/minimum/maximum as a collective's
+  // combiner (XLA:CPU rejects the NaN-selecting form of maximum).
+  return Block({scalar, scalar}, [op](Emitter& e, const std::vector<Val>& a) {
+    return std::vector<Val>{e.RawBinary(op, a[0], a[1])};
+  });
+}
+
+Val Emitter::AllReduce(const Val& x, std::string_view op) {
+  std::string block = CombinerBlock(x.dtype(), op);
+  Val v = NewValue(x.type);
+  Line(Name(v) + " = \"stablehlo.all_reduce\"(" + Name(x) + ") ({\n" + block + "    }) {" +
+       ReplicaGroupsAttr() + "} : (" + TypeString(x) + ") -> " + TypeString(x));
+  return v;
+}
+
+Val Emitter::AllGather(const Val& x, int64_t dim) {
+  TensorType out = x.type;
+  out.dims[dim] *= static_cast<int64_t>(replica_devices_.size());
+  Val v = NewValue(out);
+  Line(Name(v) + " = \"stablehlo.all_gather\"(" + Name(x) + ") {all_gather_dim = " + std::to_string(dim) +
+       " : i64, " + ReplicaGroupsAttr() + "} : (" + TypeString(x) + ") -> " + TypeString(out));
+  return v;
+}
+
+Val Emitter::ReduceScatter(const Val& x, int64_t dim, std::string_view op) {
+  const int64_t n = static_cast<int64_t>(replica_devices_.size());
+  if (x.dims()[dim] % n != 0) {
+    throw std::invalid_argument("pjrt: reduce_scatter input size " + std::to_string(x.dims()[dim]) +
+                                " is not a multiple of the group size " + std::to_string(n));
+  }
+  TensorType out = x.type;
+  out.dims[dim] /= n;
+  std::string block = CombinerBlock(x.dtype(), op);
+  Val v = NewValue(out);
+  Line(Name(v) + " = \"stablehlo.reduce_scatter\"(" + Name(x) + ") ({\n" + block + "    }) {" +
+       ReplicaGroupsAttr() + ", scatter_dimension = " + std::to_string(dim) + " : i64} : (" + TypeString(x) +
+       ") -> " + TypeString(out));
+  return v;
 }
 
 std::vector<Val> Emitter::ReduceVariadic(const std::vector<Val>& xs, const std::vector<Val>& inits,

@@ -151,6 +151,16 @@ class Emitter {
   std::vector<Val> CustomCall(const std::string& target, const std::vector<Val>& operands,
                               const std::vector<TensorType>& results,
                               const std::string& backend_config = {});
+  // ---- collectives across the replicas of a program, one group holding every replica
+  // Marks the module as a program of `devices.size()` replicas, replica r on the job-wide device
+  // devices[r]; every collective of one module must name the same devices (throws otherwise).
+  void SetReplicaDevices(const Dims& devices);
+  const Dims& replica_devices() const { return replica_devices_; }
+  // `op` is the combining binary op, as in Reduce ("add", "maximum", "and", ...).
+  Val AllReduce(const Val& x, std::string_view op);
+  Val AllGather(const Val& x, int64_t dim);  // concatenates the replicas' x along `dim`
+  Val ReduceScatter(const Val& x, int64_t dim, std::string_view op);  // replica r keeps block r
+
   // THREE_FRY random bits: returns (new_state, bits of `type`).
   std::pair<Val, Val> RngBitGenerator(const Val& state, const TensorType& type);
 
@@ -165,6 +175,8 @@ class Emitter {
   std::vector<Val> NewResults(const std::vector<TensorType>& types, std::string* lhs);
   void Line(const std::string& s);
   std::string Block(const std::vector<TensorType>& arg_types, const RegionBody& body);
+  std::string ReplicaGroupsAttr() const;
+  std::string CombinerBlock(ElementType t, std::string_view op);
 
   Val EmitDotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,
                      const Dims& contract_a, const Dims& contract_b, ElementType out,
@@ -184,6 +196,7 @@ class Emitter {
   std::unordered_map<int32_t, Val> transposed_2d_;  // result id -> operand, for DotGeneral
   std::string body_;
   std::vector<TensorType> params_;
+  Dims replica_devices_;  // empty: an ordinary single-replica program
   std::vector<std::string> param_attrs_;
   int32_t next_id_ = 0;
   size_t num_ops_ = 0;

@@ -189,6 +189,7 @@ const TableData& Data() {
   static const TableData* data = [] {
     Registry r;
     RegisterInternalOps(r);
+    RegisterCollectiveOps(r);
     RegisterElementwiseOps(r);
     RegisterReductionOps(r);
     RegisterLinalgOps(r);

@@ -132,6 +132,7 @@ int FindLowering(std::string_view schema);
 
 // Per-area registration functions, one per file.
 void RegisterInternalOps(Registry& r);
+void RegisterCollectiveOps(Registry& r);
 void RegisterElementwiseOps(Registry& r);
 void RegisterReductionOps(Registry& r);
 void RegisterLinalgOps(Registry& r);

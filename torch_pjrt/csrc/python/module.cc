@@ -26,6 +26,7 @@ void RegisterHooks();
 }
 void BindCapture(py::module& m);  // capture_bindings.cc
 void BindDistributed(py::module& m);  // distributed_bindings.cc
+std::shared_ptr<runtime::KeyValueStore> KeyValueStoreFromPython(py::handle store);  // same file
 
 namespace {
 
@@ -67,6 +68,7 @@ runtime::PluginConfig ToPluginConfig(const py::dict& candidate) {
   for (auto option : candidate["options"].cast<py::dict>()) {
     c.options.push_back(ToOption(option.first.cast<std::string>(), option.second));
   }
+  if (candidate.contains("kv_store")) c.kv_store = KeyValueStoreFromPython(candidate["kv_store"]);
   if (candidate.contains("capabilities")) {
     for (auto cap : candidate["capabilities"].cast<py::dict>()) {
       c.capabilities[cap.first.cast<std::string>()] = py::str(cap.second).cast<std::string>();

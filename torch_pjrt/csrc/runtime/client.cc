@@ -4,8 +4,35 @@
 
 namespace torch_pjrt::runtime {
 
-Client::Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& options)
-    : plugin_(std::move(plugin)) {
+PJRT_Error* KvGet(PJRT_KeyValueGetCallback_Args* args) {
+  auto* kv = static_cast<KeyValueStore*>(args->user_arg);
+  try {
+    std::string value = kv->get(std::string(args->key, args->key_size), args->timeout_in_ms);
+    args->value = new char[value.size()];
+    std::memcpy(args->value, value.data(), value.size());
+    args->value_size = value.size();
+    args->value_deleter_callback = [](char* v) { delete[] v; };
+    return nullptr;
+  } catch (const std::exception& e) {
+    std::string message = std::string("torch.distributed store get failed: ") + e.what();
+    return (*args->callback_error)(PJRT_Error_Code_DEADLINE_EXCEEDED, message.data(), message.size());
+  }
+}
+
+PJRT_Error* KvPut(PJRT_KeyValuePutCallback_Args* args) {
+  auto* kv = static_cast<KeyValueStore*>(args->user_arg);
+  try {
+    kv->put(std::string(args->key, args->key_size), std::string(args->value, args->value_size));
+    return nullptr;
+  } catch (const std::exception& e) {
+    std::string message = std::string("torch.distributed store set failed: ") + e.what();
+    return (*args->callback_error)(PJRT_Error_Code_UNAVAILABLE, message.data(), message.size());
+  }
+}
+
+Client::Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& options,
+               std::shared_ptr<KeyValueStore> kv)
+    : plugin_(std::move(plugin)), kv_(std::move(kv)) {
   std::vector<PJRT_NamedValue> values(options.size());
   for (size_t i = 0; i < options.size(); ++i) {
     const NamedOption& o = options[i];
@@ -43,6 +70,12 @@ Client::Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& o
   auto create = PJRT_ARGS(PJRT_Client_Create);
   create.create_options = values.empty() ? nullptr : values.data();
   create.num_options = values.size();
+  if (kv_ && *kv_) {
+    create.kv_get_callback = KvGet;
+    create.kv_get_user_arg = kv_.get();
+    create.kv_put_callback = KvPut;
+    create.kv_put_user_arg = kv_.get();
+  }
   try {
     PJRT_CALL(*plugin_, PJRT_Client_Create, &create);
   } catch (const PjrtError& e) {
@@ -96,6 +129,16 @@ PJRT_Device* Client::device(int index) const {
 int Client::device_index(PJRT_Device* device) const {
   auto it = std::find(devices_.begin(), devices_.end(), device);
   return it == devices_.end() ? -1 : static_cast<int>(it - devices_.begin());
+}
+
+int64_t Client::global_device_id(int index) const {
+  auto desc = PJRT_ARGS(PJRT_Device_GetDescription);
+  desc.device = device(index);
+  PJRT_CALL(*plugin_, PJRT_Device_GetDescription, &desc);
+  auto id = PJRT_ARGS(PJRT_DeviceDescription_Id);
+  id.device_description = desc.device_description;
+  PJRT_CALL(*plugin_, PJRT_DeviceDescription_Id, &id);
+  return id.id;
 }
 
 }  // namespace torch_pjrt::runtime

@@ -2,6 +2,7 @@
 // addressable devices. Buffers and executables keep their client alive.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,9 +24,26 @@ struct NamedOption {
   bool bool_value = false;
 };
 
+// The store a plugin that runs collectives across processes uses to find its peers (PJRT's
+// kv_get/kv_put callbacks at client creation): torch.distributed's store, given by the layers above.
+// `get` blocks until the key exists or `timeout_ms` passed, then throws. Both are called from the
+// plugin's threads and must be thread-safe.
+struct KeyValueStore {
+  std::function<std::string(const std::string& key, int timeout_ms)> get;
+  std::function<void(const std::string& key, const std::string& value)> put;
+  explicit operator bool() const { return get && put; }
+};
+
+// PJRT's key-value callbacks over the KeyValueStore in `user_arg`: a store failure (a get that
+// timed out) becomes a PJRT error made with the plugin's `callback_error`, never an exception.
+PJRT_Error* KvGet(PJRT_KeyValueGetCallback_Args* args);
+PJRT_Error* KvPut(PJRT_KeyValuePutCallback_Args* args);
+
 class Client {
  public:
-  Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& options);
+  // `kv` (may be empty) must outlive the client: the plugin may call it at any time.
+  Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& options,
+         std::shared_ptr<KeyValueStore> kv = nullptr);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -36,12 +54,16 @@ class Client {
   // Throws PjrtError with the valid range when `index` is out of range.
   PJRT_Device* device(int index) const;
   int device_index(PJRT_Device* device) const;  // -1 if not addressable
+  // The job-wide id of addressable device `index` (what compile options' device assignment
+  // names); equals `index` on a single-process client.
+  int64_t global_device_id(int index) const;
   const std::string& platform_name() const { return platform_name_; }
   const std::string& platform_version() const { return platform_version_; }
   const std::string& device_kind() const { return device_kind_; }
 
  private:
   std::shared_ptr<Plugin> plugin_;
+  std::shared_ptr<KeyValueStore> kv_;
   PJRT_Client* client_ = nullptr;
   std::vector<PJRT_Device*> devices_;
   std::string platform_name_;

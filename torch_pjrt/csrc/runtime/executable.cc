@@ -104,6 +104,20 @@ std::string PortableCompileOptions() {
   return options.bytes;
 }
 
+std::string ReplicatedCompileOptions(const std::vector<int64_t>& replica_devices) {
+  if (replica_devices.empty()) return PortableCompileOptions();
+  const int64_t n = static_cast<int64_t>(replica_devices.size());
+  ProtoWriter computation;  // DeviceAssignmentProto.ComputationDevice: replica_device_ids = 1
+  for (int64_t id : replica_devices) computation.Int(1, id);
+  ProtoWriter assignment;  // replica_count = 1, computation_count = 2, computation_devices = 3
+  assignment.Int(1, n).Int(2, 1).Message(3, computation.bytes);
+  ProtoWriter build_options;  // num_replicas = 4, num_partitions = 5, device_assignment = 9
+  build_options.Int(4, n).Int(5, 1).Message(9, assignment.bytes);
+  ProtoWriter options;
+  options.Message(3, build_options.bytes);
+  return options.bytes;
+}
+
 Executable::Executable(std::shared_ptr<Client> client, PJRT_LoadedExecutable* loaded)
     : client_(std::move(client)), loaded_(loaded) {
   const Plugin& plugin = client_->plugin();
@@ -127,7 +141,8 @@ Executable::~Executable() {
 }
 
 std::shared_ptr<Executable> Executable::Compile(const std::shared_ptr<Client>& client,
-                                                const std::string& mlir_text) {
+                                                const std::string& mlir_text,
+                                                const std::vector<int64_t>& replica_devices) {
   const Plugin& plugin = client->plugin();
   PJRT_Program program;
   std::memset(&program, 0, sizeof(program));
@@ -137,7 +152,7 @@ std::shared_ptr<Executable> Executable::Compile(const std::shared_ptr<Client>& c
   static const char kFormat[] = "mlir";
   program.format = kFormat;
   program.format_size = sizeof(kFormat) - 1;
-  const std::string options = PortableCompileOptions();
+  const std::string options = ReplicatedCompileOptions(replica_devices);
   auto args = PJRT_ARGS(PJRT_Client_Compile);
   args.client = client->raw();
   args.program = &program;
@@ -151,17 +166,21 @@ std::shared_ptr<Executable> Executable::Compile(const std::shared_ptr<Client>& c
                         StripVersionTrailer(text),
                     code);
   }
-  return std::shared_ptr<Executable>(new Executable(client, args.executable));
+  auto executable = std::shared_ptr<Executable>(new Executable(client, args.executable));
+  executable->portable_ = replica_devices.empty();
+  return executable;
 }
 
 std::shared_ptr<Executable> Executable::Deserialize(const std::shared_ptr<Client>& client,
-                                                    const std::string& bytes) {
+                                                    const std::string& bytes, bool portable) {
   auto args = PJRT_ARGS(PJRT_Executable_DeserializeAndLoad);
   args.client = client->raw();
   args.serialized_executable = bytes.data();
   args.serialized_executable_size = bytes.size();
   PJRT_CALL(client->plugin(), PJRT_Executable_DeserializeAndLoad, &args);
-  return std::shared_ptr<Executable>(new Executable(client, args.loaded_executable));
+  auto executable = std::shared_ptr<Executable>(new Executable(client, args.loaded_executable));
+  executable->portable_ = portable;
+  return executable;
 }
 
 std::string Executable::Serialize() const {
@@ -203,7 +222,8 @@ std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_
   exec.num_args = args.size();
   exec.output_lists = &output_list;
   exec.device_complete_events = &complete;
-  exec.execute_device = client_->device(device);
+  // A replicated program runs on the device its assignment names for this process's replica.
+  exec.execute_device = portable_ ? client_->device(device) : nullptr;
   PJRT_CALL(plugin, PJRT_LoadedExecutable_Execute, &exec);
   // Launched: from here on nothing may throw, or the outputs and the event would leak.
   for (Buffer* b : donated) b->MarkDonated();
@@ -213,6 +233,40 @@ std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_
   std::lock_guard<std::mutex> lock(g_inflight_mutex);
   if (complete != nullptr) g_inflight.push_back({client_.get(), device, complete, std::move(keep_alive)});
   PruneFinished(plugin);
+  return result;
+}
+
+std::vector<std::vector<std::shared_ptr<Buffer>>> Executable::ExecuteAllReplicas(
+    const std::vector<std::vector<PJRT_Buffer*>>& args, const std::vector<int>& devices) const {
+  const Plugin& plugin = client_->plugin();
+  const size_t n = args.size();
+  std::vector<PJRT_Buffer* const*> arg_lists(n);
+  std::vector<std::vector<PJRT_Buffer*>> outputs(n, std::vector<PJRT_Buffer*>(num_outputs_, nullptr));
+  std::vector<PJRT_Buffer**> output_lists(n);
+  std::vector<PJRT_Event*> complete(n, nullptr);
+  for (size_t r = 0; r < n; ++r) {
+    arg_lists[r] = args[r].data();
+    output_lists[r] = outputs[r].data();
+  }
+  PJRT_ExecuteOptions options;
+  std::memset(&options, 0, sizeof(options));
+  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  auto exec = PJRT_ARGS(PJRT_LoadedExecutable_Execute);
+  exec.executable = loaded_;
+  exec.options = &options;
+  exec.argument_lists = arg_lists.data();
+  exec.num_devices = n;
+  exec.num_args = n ? args[0].size() : 0;
+  exec.output_lists = output_lists.data();
+  exec.device_complete_events = complete.data();
+  PJRT_CALL(plugin, PJRT_LoadedExecutable_Execute, &exec);
+  std::vector<std::vector<std::shared_ptr<Buffer>>> result(n);
+  for (size_t r = 0; r < n; ++r) {
+    for (PJRT_Buffer* b : outputs[r]) result[r].push_back(std::make_shared<Buffer>(client_, b, devices[r]));
+  }
+  for (PJRT_Event* event : complete) {
+    if (event != nullptr) plugin.AwaitAndDestroy(event, "replicated execution");
+  }
   return result;
 }
 

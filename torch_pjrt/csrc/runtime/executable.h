@@ -14,14 +14,19 @@ namespace torch_pjrt::runtime {
 // on any addressable device (compile_portable_executable), so one compile serves every device.
 // Never empty: an empty options string aborts the CPU plugin.
 std::string PortableCompileOptions();
+// Options for a program with collectives: one replica per process of a group, replica r on the
+// device whose job-wide id is replica_devices[r] (num_replicas = its size). Empty: portable.
+std::string ReplicatedCompileOptions(const std::vector<int64_t>& replica_devices);
 
 class Executable {
  public:
   // Throws PjrtError with the compiler's message (line:col and the failing op) on a bad program.
+  // `replica_devices` as in ReplicatedCompileOptions (empty for an ordinary graph).
   static std::shared_ptr<Executable> Compile(const std::shared_ptr<Client>& client,
-                                             const std::string& mlir_text);
+                                             const std::string& mlir_text,
+                                             const std::vector<int64_t>& replica_devices = {});
   static std::shared_ptr<Executable> Deserialize(const std::shared_ptr<Client>& client,
-                                                 const std::string& bytes);
+                                                 const std::string& bytes, bool portable = true);
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;
@@ -38,12 +43,19 @@ class Executable {
   std::vector<std::shared_ptr<Buffer>> Execute(const std::vector<PJRT_Buffer*>& args, int device,
                                                const std::vector<Buffer*>& donated = {},
                                                std::vector<std::shared_ptr<Buffer>> keep_alive = {}) const;
+  // Runs a replicated program on all its replicas at once, when this process addresses every
+  // device of its assignment (one process with several CPU devices): args[r] are replica r's.
+  // Waits for the results. Lets tests run the collectives' programs without a multi-process job.
+  std::vector<std::vector<std::shared_ptr<Buffer>>> ExecuteAllReplicas(
+      const std::vector<std::vector<PJRT_Buffer*>>& args, const std::vector<int>& devices) const;
 
  private:
   Executable(std::shared_ptr<Client> client, PJRT_LoadedExecutable* loaded);
   std::shared_ptr<Client> client_;
   PJRT_LoadedExecutable* loaded_;
   size_t num_outputs_ = 0;
+  // False for a replicated program: it runs only on the device its assignment gives this process.
+  bool portable_ = true;
 };
 
 // Blocks until every execution started on `device` (-1: on any device) has finished; rethrows the

@@ -40,7 +40,7 @@ namespace {
 
 std::shared_ptr<Client> StartClient(const PluginConfig& config) {
   auto plugin = Plugin::Load(config.name, config.library_path);
-  auto client = std::make_shared<Client>(plugin, config.options);
+  auto client = std::make_shared<Client>(plugin, config.options, config.kv_store);
   if (client->device_count() == 0) {
     throw PjrtError("PJRT plugin '" + config.name + "' started but reports no addressable devices");
   }

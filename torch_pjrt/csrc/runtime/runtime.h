@@ -21,6 +21,8 @@ struct PluginConfig {
   // The sub-plugin's capabilities as strings ("supported_dtypes" -> "float32,int64", ...).
   // The runtime only carries them; the layers above interpret them.
   std::map<std::string, std::string> capabilities;
+  // Given when the plugin runs collectives across processes (see KeyValueStore).
+  std::shared_ptr<KeyValueStore> kv_store;
 };
 
 // One plugin to try. Candidates are asked for one at a time, best first, so that only the ones
