@@ -80,10 +80,16 @@ def test_key_value_callbacks_read_and_write_the_store():
     assert "timeout" in missing.lower() or "timed out" in missing.lower(), missing
 
 
-def test_capability_and_distributed_client_options():
+def test_capability_and_distributed_client_options(monkeypatch):
+    from torch_pjrt.backends.cuda import CudaPlugin
+
     assert DevicePlugin.cross_process_collectives is False
     assert CpuPlugin().capabilities()["cross_process_collectives"] is False
     assert DevicePlugin().distributed_client_options(3, 8) == {"node_id": 3, "num_nodes": 8}
+    monkeypatch.delenv("TORCH_PJRT_CUDA_GRAPH_COLLECTIVES", raising=False)
+    assert CudaPlugin().capabilities()["cross_process_collectives"] is False
+    monkeypatch.setenv("TORCH_PJRT_CUDA_GRAPH_COLLECTIVES", "1")  # opt-in (docs/design.md)
+    assert CudaPlugin().capabilities()["cross_process_collectives"] is True
 
 
 def test_collective_programs_run_on_four_replicas():

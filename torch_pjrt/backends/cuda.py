@@ -107,6 +107,12 @@ class CudaPlugin(DevicePlugin):
             options["visible_devices"] = list(self._visible_devices)
         return options
 
+    @property
+    def cross_process_collectives(self) -> bool:
+        # XLA's GPU plugin runs NCCL collectives across processes given node_id/num_nodes and the
+        # key-value store. Opt-in until this path has run on a multi-GPU machine.
+        return os.environ.get("TORCH_PJRT_CUDA_GRAPH_COLLECTIVES", "0") == "1"
+
     # TF32-class precision is what XLA's GPU compiler uses by default for float32 dots.
     default_matmul_precision = "high"
     amp_dtypes = ("bfloat16", "float16")
