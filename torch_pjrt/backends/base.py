@@ -116,6 +116,11 @@ class DevicePlugin:
     #: gloo on host copies.
     cross_process_collectives: bool = False
 
+    #: True when device memory is host memory, so torch's own CPU kernels can run on a program's
+    #: buffers: float32 convolutions (forward and backward) become XLA FFI custom calls to ATen's
+    #: oneDNN convolution inside the compiled program. Needs the plugin's PJRT FFI extension.
+    host_kernels: bool = False
+
     #: dtypes autocast may use on this device, preferred first (the first is autocast's default).
     amp_dtypes: Tuple[str, ...] = ("bfloat16", "float16")
 
@@ -130,6 +135,7 @@ class DevicePlugin:
             "default_matmul_precision": self.default_matmul_precision,
             "amp_dtypes": [dtype_name(d) for d in self.amp_dtypes],
             "cross_process_collectives": bool(self.cross_process_collectives),
+            "host_kernels": bool(self.host_kernels),
         }
 
     def runtime_capabilities(self) -> Dict[str, str]:
@@ -182,6 +188,7 @@ def capability_strings(plugin: str, caps: Dict[str, Any]) -> Dict[str, str]:
         if bad:
             raise ValueError(f"amp_dtypes may hold bfloat16 and float16 only, got {bad}")
         out["amp_dtypes"] = ",".join(amp)
+        out["host_kernels"] = "1" if caps.get("host_kernels", False) else "0"
     except ValueError as e:
         raise ValueError(f"sub-plugin '{plugin}' declares an invalid capability: {e}") from None
     return out

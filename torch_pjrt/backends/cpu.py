@@ -115,3 +115,10 @@ class CpuPlugin(DevicePlugin):
     # product computed as (w @ x.t()).t() in ~7.5 ms (docs/design.md, XLA CPU notes).
     fast_transposed_matmul = False
     nan_propagating_min_max = False  # with --xla_cpu_enable_fast_min_max (see _XLA_FLAGS)
+
+    @property
+    def host_kernels(self) -> bool:
+        # XLA:CPU's Eigen convolutions trail torch's oneDNN ones by 2-50x at real models' sizes
+        # (ResNet-18 inference 11 -> 130 steps/s with them); TORCH_PJRT_HOST_KERNELS=0 turns the
+        # custom calls off, e.g. to compare (docs/design.md, XLA CPU performance notes).
+        return os.environ.get("TORCH_PJRT_HOST_KERNELS", "1") != "0"

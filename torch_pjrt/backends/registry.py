@@ -22,7 +22,8 @@ from .base import DevicePlugin
 ENTRY_POINT_GROUP = "torch_pjrt.plugins"
 _CAPABILITY_ATTRIBUTES = ("supported_dtypes", "unsupported_dtype_policy", "dense_gather",
                           "default_matmul_precision", "fast_transposed_matmul", "amp_dtypes",
-                          "nan_propagating_min_max", "cross_process_collectives")
+                          "nan_propagating_min_max", "cross_process_collectives",
+                          "host_kernels")
 
 _lock = threading.RLock()
 _records: Optional[Dict[str, "PluginRecord"]] = None

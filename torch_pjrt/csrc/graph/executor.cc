@@ -75,7 +75,8 @@ lowering::TargetOptions TargetOptionsFromCapabilities() {
   // Boolean capabilities arrive as "1"/"0"; an absent one keeps TargetOptions' default.
   for (auto [name, flag] : {std::pair<const char*, bool*>{"dense_gather", &target.dense_gather},
                             {"fast_transposed_matmul", &target.fast_transposed_matmul},
-                            {"nan_propagating_min_max", &target.nan_propagating_min_max}}) {
+                            {"nan_propagating_min_max", &target.nan_propagating_min_max},
+                            {"host_kernels", &target.host_kernels}}) {
     auto found = caps.find(name);
     if (found != caps.end()) *flag = found->second != "0";
   }

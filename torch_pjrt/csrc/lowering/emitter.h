@@ -53,6 +53,9 @@ struct TargetOptions {
   // The compiler's maximum/minimum propagate NaN as StableHLO specifies. When false (XLA:CPU with
   // its fast min/max, which is 3-7x faster for reductions and relu), the emitter selects the NaN.
   bool nan_propagating_min_max = true;
+  // Device memory is host memory and torch's CPU kernels may run on it inside the program
+  // (host_kernels/): float32 convolutions become custom calls to ATen's convolution.
+  bool host_kernels = false;
 };
 
 class Emitter {
@@ -163,6 +166,11 @@ class Emitter {
 
   // THREE_FRY random bits: returns (new_state, bits of `type`).
   std::pair<Val, Val> RngBitGenerator(const Val& state, const TensorType& type);
+
+  // A typed FFI custom call (api_version 4); `attrs` is the attribute dictionary's body, e.g.
+  // "ta = 0 : i64, tb = 1 : i64".
+  std::vector<Val> FfiCall(const std::string& target, const std::vector<Val>& operands,
+                           const std::vector<TensorType>& results, const std::string& attrs);
 
   // Escape hatch for ops without a helper: `text` is everything after "= " up to (not including)
   // the trailing type signature, e.g. "stablehlo.cbrt %v3"; `signature` is the type part.

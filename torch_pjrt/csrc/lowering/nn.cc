@@ -134,6 +134,21 @@ Val AddBias(Emitter& e, const Val& y, const Val& bias) {
 
 // convolution_overrideable(input, weight, bias?, stride, padding, dilation, transposed,
 //                          output_padding, groups)
+// Host kernels (TargetOptions::host_kernels): float32 convolutions run as torch's own CPU
+// convolution inside the program (host_kernels/convolution.cc), which XLA:CPU's Eigen
+// convolution trails by 2-20x at the small spatial sizes of real models (docs/design.md).
+bool UseHostConvolution(const Emitter& e, const Val& x, const Val& w, ElementType out) {
+  return e.target().host_kernels && x.dtype() == ElementType::kF32 && w.dtype() == ElementType::kF32 &&
+         out == ElementType::kF32;
+}
+
+// The attributes of torch_pjrt_conv and torch_pjrt_conv_backward: convolution's arguments.
+std::string HostConvAttrs(const ConvParams& p, bool transposed, const Dims& output_padding) {
+  return "dilation = " + ArrayAttr(p.dilation) + ", groups = " + std::to_string(p.groups) +
+         " : i64, output_padding = " + ArrayAttr(output_padding) + ", padding = " + ArrayAttr(p.padding) +
+         ", stride = " + ArrayAttr(p.stride) + ", transposed = " + (transposed ? "1" : "0") + " : i64";
+}
+
 std::vector<Val> LowerConvolution(LowerCtx& c) {
   Val x = c.tensor(0), w = c.tensor(1);
   size_t spatial = static_cast<size_t>(x.rank() - 2);
@@ -142,7 +157,10 @@ std::vector<Val> LowerConvolution(LowerCtx& c) {
   ElementType t = c.out().dtype;
   Val xc = c.e.Convert(x, t), wc = c.e.Convert(w, t);
   Val y;
-  if (c.bool_arg(6)) {  // transposed: the input-gradient of a convolution with this weight
+  if (UseHostConvolution(c.e, x, w, t)) {
+    Dims output_padding = Expand(c.int_list(7), spatial, 0);
+    y = c.e.FfiCall("torch_pjrt_conv", {x, w}, {c.out()}, HostConvAttrs(p, c.bool_arg(6), output_padding))[0];
+  } else if (c.bool_arg(6)) {  // transposed: the input-gradient of a convolution with this weight
     Dims out_spatial(c.out().dims.begin() + 2, c.out().dims.end());
     y = ConvGradInput(c.e, xc, wc, out_spatial, p, acc);
   } else {
@@ -161,6 +179,15 @@ std::vector<Val> LowerConvolutionBackward(LowerCtx& c) {
   bool transposed = c.bool_arg(6);
   Dims mask = c.int_list(9);
   std::vector<Val> out(3);
+  if ((mask[0] || mask[1]) && UseHostConvolution(c.e, x, w, g.dtype())) {
+    std::string attrs = HostConvAttrs(p, transposed, Expand(c.int_list(7), spatial, 0)) +
+                        ", grad_input = " + std::to_string(mask[0]) + " : i64, grad_weight = " +
+                        std::to_string(mask[1]) + " : i64";
+    std::vector<Val> grads = c.e.FfiCall("torch_pjrt_conv_backward", {g, x, w}, {x.type, w.type}, attrs);
+    if (mask[0]) out[0] = grads[0];
+    if (mask[1]) out[1] = grads[1];
+    mask[0] = mask[1] = 0;
+  }
   if (mask[0]) {
     ElementType acc = Opmath(c.out(0).dtype);
     out[0] = transposed ? ConvForward(c.e, g, w, p, acc) : ConvGradInput(c.e, g, w, Spatial(x), p, acc);

@@ -1,5 +1,7 @@
 #include "runtime/runtime.h"
 
+#include "runtime/ffi.h"
+
 #include <mutex>
 
 namespace torch_pjrt::runtime {
@@ -41,6 +43,10 @@ namespace {
 std::shared_ptr<Client> StartClient(const PluginConfig& config) {
   auto plugin = Plugin::Load(config.name, config.library_path);
   auto client = std::make_shared<Client>(plugin, config.options, config.kv_store);
+  auto host_kernels = config.capabilities.find("host_kernels");
+  if (host_kernels != config.capabilities.end() && host_kernels->second == "1") {
+    RegisterFfiHandlers(*plugin, client->platform_name());
+  }
   if (client->device_count() == 0) {
     throw PjrtError("PJRT plugin '" + config.name + "' started but reports no addressable devices");
   }

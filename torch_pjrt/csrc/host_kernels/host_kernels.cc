@@ -1,0 +1,83 @@
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <mutex>
+#include <thread>
+
+#include "host_kernels/host_kernels.h"
+
+namespace torch_pjrt::host_kernels {
+
+at::Tensor Wrap(const XLA_FFI_Buffer* buffer) {
+  c10::ScalarType type;
+  switch (buffer->dtype) {
+    case XLA_FFI_DataType_F32: type = at::kFloat; break;
+    case XLA_FFI_DataType_F64: type = at::kDouble; break;
+    case XLA_FFI_DataType_BF16: type = at::kBFloat16; break;
+    case XLA_FFI_DataType_F16: type = at::kHalf; break;
+    default: throw std::invalid_argument("unsupported element type " + std::to_string(buffer->dtype));
+  }
+  return at::from_blob(buffer->data, at::IntArrayRef(buffer->dims, buffer->rank), at::TensorOptions().dtype(type));
+}
+
+namespace {
+
+struct Job {
+  const std::function<void()>* kernel;
+  std::string error;
+  bool done = false;
+};
+
+class KernelThread {
+ public:
+  KernelThread() : thread_([this] { Loop(); }) { thread_.detach(); }
+
+  std::string Run(const std::function<void()>& kernel) {
+    Job job{&kernel};
+    std::unique_lock<std::mutex> lock(mutex_);
+    queue_.push_back(&job);
+    wake_.notify_one();
+    done_.wait(lock, [&] { return job.done; });
+    return job.error;
+  }
+
+ private:
+  void Loop() {
+    c10::InferenceMode inference;
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return !queue_.empty(); });
+      Job* job = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      try {
+        (*job->kernel)();
+      } catch (const std::exception& e) {
+        job->error = e.what();
+        if (job->error.empty()) job->error = "unknown error";
+      }
+      lock.lock();
+      job->done = true;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::deque<Job*> queue_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::string RunOnKernelThread(const std::function<void()>& kernel) {
+  static auto* thread = new KernelThread();  // never destroyed: handlers may run until exit
+  return thread->Run(kernel);
+}
+
+}  // namespace torch_pjrt::host_kernels

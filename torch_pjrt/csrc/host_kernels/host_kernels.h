@@ -1,0 +1,30 @@
+// torch's own CPU kernels inside compiled programs, for plugins whose device memory is host memory
+// (capability `host_kernels`: the CPU plugin). XLA:CPU's Eigen convolutions trail torch's oneDNN
+// ones by 2-50x at the small spatial sizes of real models (docs/design.md, "XLA CPU performance
+// notes"); the lowering (lowering/nn.cc) emits float32 convolutions as typed FFI custom calls
+// whose handlers (convolution.cc) call ATen on the program's buffers. Targets:
+//   torch_pjrt_conv(x, w) -> y: at::convolution without bias;
+//   torch_pjrt_conv_backward(grad_y, x, w) -> (grad_x, grad_w): at::convolution_backward.
+// Attributes: stride, padding, dilation, output_padding (i64 arrays), transposed, groups, and for
+// the backward grad_input/grad_weight (i64: which results to compute).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <string>
+
+#include "runtime/ffi.h"
+
+namespace torch_pjrt::host_kernels {
+
+// A CPU tensor over an FFI buffer (no copy).
+at::Tensor Wrap(const XLA_FFI_Buffer* buffer);
+
+// Runs `kernel` on the one thread that runs every host kernel, and waits for it. XLA calls
+// handlers from whichever of its worker threads is free; torch's kernels parallelize with
+// OpenMP, which keeps a thread team per calling thread, so calling them from several threads
+// would start several teams competing for the cores. Returns the kernel's error message, or "".
+std::string RunOnKernelThread(const std::function<void()>& kernel);
+
+}  // namespace torch_pjrt::host_kernels
