@@ -1,9 +1,14 @@
 """torch.distributed on pjrt: the `pjrt` process-group backend (collectives on host copies through
 gloo), torchrun, DDP, FSDP2 and distributed checkpoints, each against what CPU computes
-(tests/distributed_worker.py runs in the launched processes)."""
+(tests/distributed_worker.py runs in the launched processes), and what a rank sees when another
+fails mid-step (tests/distributed_fault_worker.py)."""
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -106,3 +111,85 @@ def test_streams_and_events_for_fsdp():
     s.wait_event(event)
     event.synchronize()
     assert event.query() and torch.equal(x.cpu(), torch.full((3,), 2.0))
+
+
+# ---------------------------------------------------------------------------------- faults
+# Two ranks started directly, not under torchrun (which kills the survivors when a rank fails and
+# so would hide a hang): rank 1 fails in the middle of DDP step 2, after its forward, while rank 0
+# waits in the gradient all_reduce of that step's backward (tests/distributed_fault_worker.py).
+
+FAULT_WORKER = os.path.join(os.path.dirname(__file__), "distributed_fault_worker.py")
+FAULT_TIMEOUT_S = 15  # the process group's timeout
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_two_ranks_with_a_failure(mode, tmp_path, limit_s=90):
+    """Starts both ranks; returns, per rank, (returncode or None if still running at the end,
+    stdout, stderr) and the seconds from rank 1's failure to rank 0's exit."""
+    base = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(free_port()), TORCH_PJRT_CPU_DEVICE_COUNT="1", OMP_NUM_THREADS="1")
+    procs, files = [], []
+    try:
+        for rank in range(2):
+            out, err = open(tmp_path / f"{rank}.out", "w+"), open(tmp_path / f"{rank}.err", "w+")
+            files += [out, err]
+            env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
+            procs.append(subprocess.Popen([sys.executable, FAULT_WORKER, mode, str(FAULT_TIMEOUT_S)],
+                                          stdout=out, stderr=err, env=env))
+        deadline = time.monotonic() + limit_s
+        while procs[0].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rank0_exit = time.time()
+        if mode == "raise":  # rank 1 exits on its own too
+            while procs[1].poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        codes = [p.poll() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for f in files:
+            f.close()
+    texts = [((tmp_path / f"{r}.out").read_text(), (tmp_path / f"{r}.err").read_text()) for r in range(2)]
+    failed_at = re.search(r"rank 1: failing at ([\d.]+)", texts[1][0])
+    assert failed_at, (f"rank 1 never reached its failure (exits {codes}):\n"
+                       + "\n".join(f"rank {r}:\n{o}\n{e[-4000:]}" for r, (o, e) in enumerate(texts)))
+    return [(codes[r], *texts[r]) for r in range(2)], rank0_exit - float(failed_at.group(1))
+
+
+# Per way of failing: what rank 0 must report, and whether only the timeout can end its wait.
+FAILURES = {
+    "kill": ("Connection closed by peer", False),  # rank 1 SIGKILLed mid-step
+    "raise": ("Connection closed by peer", False),  # rank 1 raises mid-step and exits
+    "stall": (f"Timed out waiting {FAULT_TIMEOUT_S * 1000}ms", True),  # raises, stays alive, silent
+}
+
+
+@pytest.mark.parametrize("mode", list(FAILURES))
+def test_a_failing_rank_makes_the_other_fail_within_the_timeout(mode, tmp_path):
+    error, after_timeout = FAILURES[mode]
+    ranks, waited_s = run_two_ranks_with_a_failure(mode, tmp_path)
+    (code0, out0, err0), (code1, out1, err1) = ranks
+    report = f"rank 0 exit {code0}, {waited_s:.1f} s after rank 1 failed\n{out0}\n{err0[-6000:]}"
+    assert code0 is not None, "rank 0 hangs: " + report
+    assert code0 == 1, "rank 0 did not end with a Python exception: " + report  # no signal, no abort
+    assert error in err0 and "Traceback" in err0, report
+    for crash in ("Segmentation fault", "Aborted", "terminate called", "core dumped"):
+        assert crash not in err0, report
+    # It failed in step 2's backward, after finishing steps 0 and 1 with rank 1.
+    assert "rank 0: step 1 " in out0 and "rank 0: step 2 " not in out0, report
+    if after_timeout:
+        # (rank 0's wait may start a little before rank 1 fails: the ranks are not in lockstep)
+        assert FAULT_TIMEOUT_S * 0.5 < waited_s < FAULT_TIMEOUT_S + 30, report
+    else:
+        assert waited_s < FAULT_TIMEOUT_S, report  # told at once, not at the timeout
+    expected_rank1 = {"kill": -signal.SIGKILL, "raise": 1, "stall": None}[mode]
+    assert code1 == expected_rank1, f"rank 1 exit {code1}:\n{out1}\n{err1[-4000:]}"
+    if mode == "raise":
+        assert "InjectedFailure: rank 1 fails on purpose" in err1, err1[-4000:]
