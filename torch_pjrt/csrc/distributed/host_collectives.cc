@@ -273,7 +273,8 @@ class HostCopyBackend : public c10d::Backend {
   }
   WorkPtr reduce_scatter(Tensors& outputs, TensorLists& inputs,
                          const c10d::ReduceScatterOptions& opts) override {
-    if (outputs.size() == 1 && inputs.size() == 1 && InGraph(outputs) && InGraph(inputs[0]) && GraphReducible(opts.reduceOp)) {
+    if (outputs.size() == 1 && inputs.size() == 1 && InGraph(outputs) && InGraph(inputs[0]) &&
+        GraphReducible(opts.reduceOp)) {
       std::vector<at::Tensor> flat;
       for (const auto& t : inputs[0]) flat.push_back(t.reshape({t.numel()}));
       GraphReduceScatter(outputs[0], at::cat(flat), opts.reduceOp, *graph_);

@@ -807,14 +807,13 @@ std::vector<Val> Emitter::While(const std::vector<Val>& init, const RegionBody& 
   return results;
 }
 
-std::vector<Val> Emitter::CustomCall(const std::string& target, const std::vector<Val>& operands,
-                                     const std::vector<TensorType>& results,
-                                     const std::string& backend_config) {
+std::vector<Val> Emitter::EmitCustomCall(const std::string& target, const std::vector<Val>& operands,
+                                         const std::vector<TensorType>& results, const std::string& attributes) {
   std::string lhs;
   std::vector<Val> out = NewResults(results, &lhs);
   std::string s = lhs + " = stablehlo.custom_call @" + target + "(";
   for (size_t i = 0; i < operands.size(); ++i) s += (i ? ", " : "") + Name(operands[i]);
-  s += ") {backend_config = \"" + backend_config + "\"} : (";
+  s += ") {" + attributes + "} : (";
   for (size_t i = 0; i < operands.size(); ++i) s += (i ? ", " : "") + TypeString(operands[i]);
   s += ") -> ";
   if (results.size() != 1) s += "(";
@@ -824,20 +823,15 @@ std::vector<Val> Emitter::CustomCall(const std::string& target, const std::vecto
   return out;
 }
 
+std::vector<Val> Emitter::CustomCall(const std::string& target, const std::vector<Val>& operands,
+                                     const std::vector<TensorType>& results,
+                                     const std::string& backend_config) {
+  return EmitCustomCall(target, operands, results, "backend_config = \"" + backend_config + "\"");
+}
+
 std::vector<Val> Emitter::FfiCall(const std::string& target, const std::vector<Val>& operands,
                                   const std::vector<TensorType>& results, const std::string& attrs) {
-  std::string lhs;
-  std::vector<Val> out = NewResults(results, &lhs);
-  std::string s = lhs + " = stablehlo.custom_call @" + target + "(";
-  for (size_t i = 0; i < operands.size(); ++i) s += (i ? ", " : "") + Name(operands[i]);
-  s += ") {api_version = 4 : i32, backend_config = {" + attrs + "}} : (";
-  for (size_t i = 0; i < operands.size(); ++i) s += (i ? ", " : "") + TypeString(operands[i]);
-  s += ") -> ";
-  if (results.size() != 1) s += "(";
-  for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + TypeString(results[i]);
-  if (results.size() != 1) s += ")";
-  Line(s);
-  return out;
+  return EmitCustomCall(target, operands, results, "api_version = 4 : i32, backend_config = {" + attrs + "}");
 }
 
 std::pair<Val, Val> Emitter::RngBitGenerator(const Val& state, const TensorType& type) {

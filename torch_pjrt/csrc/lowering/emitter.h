@@ -184,6 +184,9 @@ class Emitter {
   void Line(const std::string& s);
   std::string Block(const std::vector<TensorType>& arg_types, const RegionBody& body);
   std::string ReplicaGroupsAttr() const;
+  // stablehlo.custom_call with the attribute dictionary's body `attributes`.
+  std::vector<Val> EmitCustomCall(const std::string& target, const std::vector<Val>& operands,
+                                  const std::vector<TensorType>& results, const std::string& attributes);
   std::string CombinerBlock(ElementType t, std::string_view op);
 
   Val EmitDotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,

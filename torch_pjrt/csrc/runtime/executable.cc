@@ -203,6 +203,15 @@ std::string Executable::Serialize() const {
   return bytes;
 }
 
+PJRT_LoadedExecutable_Execute_Args Executable::ExecuteArgs(PJRT_ExecuteOptions* options) const {
+  std::memset(options, 0, sizeof(*options));
+  options->struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  auto exec = PJRT_ARGS(PJRT_LoadedExecutable_Execute);
+  exec.executable = loaded_;
+  exec.options = options;
+  return exec;
+}
+
 std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_Buffer*>& args, int device,
                                                          const std::vector<Buffer*>& donated,
                                                          std::vector<std::shared_ptr<Buffer>> keep_alive) const {
@@ -212,11 +221,7 @@ std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_
   PJRT_Buffer** output_list = outputs.data();
   PJRT_Event* complete = nullptr;
   PJRT_ExecuteOptions options;
-  std::memset(&options, 0, sizeof(options));
-  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
-  auto exec = PJRT_ARGS(PJRT_LoadedExecutable_Execute);
-  exec.executable = loaded_;
-  exec.options = &options;
+  auto exec = ExecuteArgs(&options);
   exec.argument_lists = &arg_list;
   exec.num_devices = 1;
   exec.num_args = args.size();
@@ -249,11 +254,7 @@ std::vector<std::vector<std::shared_ptr<Buffer>>> Executable::ExecuteAllReplicas
     output_lists[r] = outputs[r].data();
   }
   PJRT_ExecuteOptions options;
-  std::memset(&options, 0, sizeof(options));
-  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
-  auto exec = PJRT_ARGS(PJRT_LoadedExecutable_Execute);
-  exec.executable = loaded_;
-  exec.options = &options;
+  auto exec = ExecuteArgs(&options);
   exec.argument_lists = arg_lists.data();
   exec.num_devices = n;
   exec.num_args = n ? args[0].size() : 0;

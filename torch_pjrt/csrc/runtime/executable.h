@@ -51,6 +51,8 @@ class Executable {
 
  private:
   Executable(std::shared_ptr<Client> client, PJRT_LoadedExecutable* loaded);
+  // Execute's arguments for this executable with default `options` (filled in here).
+  PJRT_LoadedExecutable_Execute_Args ExecuteArgs(PJRT_ExecuteOptions* options) const;
   std::shared_ptr<Client> client_;
   PJRT_LoadedExecutable* loaded_;
   size_t num_outputs_ = 0;
