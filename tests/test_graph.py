@@ -157,6 +157,41 @@ def test_buffers_are_donated_for_in_place_updates():
     assert c["DonatedBuffers"] == 1 and alias.shape == (4096,)
 
 
+def test_donation_does_not_depend_on_whether_the_previous_execution_finished():
+    """A program that reads p runs while the next one, which updates p in place, is traced. The
+    running program's hold on p's buffer must not stop the donation: the step would otherwise
+    compile one program while the device is busy and another when it is idle (seen as random
+    recompiles in DDP training, docs/design.md)."""
+    w = (torch.randn(1024, 1024) / 32).to("pjrt")  # scaled so the chain stays finite
+    p = torch.zeros(8).to("pjrt")
+    torch.pjrt.synchronize()
+    stream = torch.accelerator.current_stream(w.device)
+    launch = lambda: torch.pjrt._C._synchronize(0, "synchronize", False)  # noqa: E731 (no wait)
+
+    def step(wait):
+        s = w
+        for _ in range(8):
+            s = s @ w  # ~17 GFLOP: still running when the next program is traced
+        out = s.sum() + p.sum()  # reads p, leaves it alone
+        launch()
+        if wait:
+            torch.pjrt.synchronize()
+        busy.append(not stream.query())
+        p.add_(1)  # the next program updates p in place: donated when nothing else holds it
+        launch()
+        return out
+
+    busy = []
+    step(wait=True)  # compiles both programs
+    with Counters() as c:
+        for wait in (False, True, False):
+            step(wait)
+        torch.pjrt.synchronize()
+    assert busy[1:] == [True, False, True]  # the case this test is about did happen
+    assert c["GraphsCompiled"] == 0 and c["DonatedBuffers"] == 3, c
+    assert torch.equal(p.cpu(), torch.full((8,), 4.0))
+
+
 def test_execution_is_asynchronous():
     x = (torch.randn(1024, 1024) / 32).to("pjrt")  # scaled so the chain stays finite
     chain = lambda t: t @ t @ t @ t @ t @ t @ t @ t  # ~15 GFLOP: well over 0.1 s on this machine

@@ -49,10 +49,16 @@ def test_transformers_model_trains_natively(name):
     compare(real_models.TEXT_MODELS[name])
 
 
+# MobileNetV3's first forward agrees with CPU's to ~1e-6 relative (its loss to 3e-6), and its
+# first step's weights to 7e-6; three SGD-momentum steps through its batch norms, squeeze-excite
+# gates and hard-swishes amplify that to ~5e-4 in the stem convolution's near-zero weights.
+VISION_TOLERANCE = {"mobilenetv3": dict(rtol=1e-3, atol=1e-3)}
+
+
 @pytest.mark.parametrize("name", sorted(real_models.VISION_MODELS))
 def test_timm_model_trains_natively(name):
     pytest.importorskip("timm")
-    compare(real_models.VISION_MODELS[name], rtol=1e-3, atol=1e-4)
+    compare(real_models.VISION_MODELS[name], **VISION_TOLERANCE.get(name, dict(rtol=1e-3, atol=1e-4)))
 
 
 def test_lstm_language_model_trains_natively():

@@ -448,7 +448,10 @@ std::vector<std::pair<int, int>> Donations(const DeviceTrace& trace, const Pendi
     const LazyStorage* s = g.targets[o];
     const Node* param = s->param_node;
     if (s->param_epoch != trace.epoch || param == nullptr) continue;
-    if (param->buffer.use_count() != 1 || !(param->out0 == g.outputs[o].type())) continue;
+    // Donatable when nothing but this storage holds the buffer; references kept by running
+    // executions that read it do not count (runtime::Buffer::inflight_reads).
+    if (param->buffer.use_count() - param->buffer->inflight_reads() != 1) continue;
+    if (!(param->out0 == g.outputs[o].type())) continue;
     donations.push_back({param->index, static_cast<int>(o)});
   }
   return donations;

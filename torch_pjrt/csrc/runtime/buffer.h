@@ -46,6 +46,14 @@ class Buffer {
   int device() const { return device_; }
   size_t nbytes() const { return nbytes_; }
   const std::shared_ptr<Client>& client() const { return client_; }
+  // How many of the references to this Buffer are held by executions still running that read
+  // it (Executable::Execute's keep_alive). Those references only keep the memory alive for the
+  // reader; they must not decide whether a later program may donate the buffer, or the same
+  // step would compile with or without donation depending on whether the previous step had
+  // finished (PJRT orders a donating execution after earlier readers of the buffer).
+  int inflight_reads() const { return inflight_reads_.load(std::memory_order_acquire); }
+  void AddInflightRead() { inflight_reads_.fetch_add(1, std::memory_order_acq_rel); }
+  void DropInflightRead() { inflight_reads_.fetch_sub(1, std::memory_order_acq_rel); }
 
   // Bytes held by live buffers on each device (what memory_reserved reports; a donated buffer's
   // bytes count once, as its output's), and their peak since the last reset.
@@ -61,6 +69,7 @@ class Buffer {
   int device_;
   size_t nbytes_ = 0;
   bool donated_ = false;
+  std::atomic<int> inflight_reads_{0};
   DeferredErrorPtr poison_;
 };
 

@@ -44,6 +44,36 @@ std::string StripVersionTrailer(std::string message) {
   return message;
 }
 
+// The argument buffers a running execution reads, each counted in Buffer::inflight_reads until
+// the execution is retired. Move-only: a copy would count its buffers twice.
+class ReadArguments {
+ public:
+  explicit ReadArguments(std::vector<std::shared_ptr<Buffer>> buffers) : buffers_(std::move(buffers)) {
+    for (const auto& b : buffers_) {
+      if (b) b->AddInflightRead();
+    }
+  }
+  ReadArguments(ReadArguments&& other) noexcept : buffers_(std::move(other.buffers_)) { other.buffers_.clear(); }
+  ReadArguments& operator=(ReadArguments&& other) noexcept {
+    Release();
+    buffers_ = std::move(other.buffers_);
+    other.buffers_.clear();
+    return *this;
+  }
+  ReadArguments(const ReadArguments&) = delete;
+  ReadArguments& operator=(const ReadArguments&) = delete;
+  ~ReadArguments() { Release(); }
+
+ private:
+  void Release() {
+    for (const auto& b : buffers_) {
+      if (b) b->DropInflightRead();
+    }
+    buffers_.clear();
+  }
+  std::vector<std::shared_ptr<Buffer>> buffers_;
+};
+
 struct InFlight {
   const Client* client;
   int device;
@@ -52,7 +82,7 @@ struct InFlight {
   // running execution reads blocks until that execution is done, so a host that drops its last
   // reference right after the launch (a trace's value scalars, an old parameter) would wait for
   // the device instead of tracing the next step.
-  std::vector<std::shared_ptr<Buffer>> arguments;
+  ReadArguments arguments;
 };
 std::mutex g_inflight_mutex;
 std::deque<InFlight> g_inflight;
@@ -88,7 +118,7 @@ void PruneFinished(const Plugin& plugin) {
       ready = true;  // a broken event: Retire records its error
     }
     if (!ready) return;
-    InFlight done = g_inflight.front();
+    InFlight done = std::move(g_inflight.front());
     g_inflight.pop_front();
     Retire(plugin, done);
   }
@@ -236,7 +266,9 @@ std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_
   result.reserve(outputs.size());
   for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(client_, b, device));
   std::lock_guard<std::mutex> lock(g_inflight_mutex);
-  if (complete != nullptr) g_inflight.push_back({client_.get(), device, complete, std::move(keep_alive)});
+  if (complete != nullptr) {
+    g_inflight.push_back({client_.get(), device, complete, ReadArguments(std::move(keep_alive))});
+  }
   PruneFinished(plugin);
   return result;
 }
@@ -277,7 +309,7 @@ void WaitForExecutions(const Client& client, int device) {
     std::lock_guard<std::mutex> lock(g_inflight_mutex);
     for (auto it = g_inflight.begin(); it != g_inflight.end();) {
       if (it->client == &client && (device < 0 || it->device == device)) {
-        mine.push_back(*it);
+        mine.push_back(std::move(*it));
         it = g_inflight.erase(it);
       } else {
         ++it;
