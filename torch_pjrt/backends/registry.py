@@ -20,10 +20,6 @@ from typing import Dict, List, Optional
 from .base import DevicePlugin
 
 ENTRY_POINT_GROUP = "torch_pjrt.plugins"
-_CAPABILITY_ATTRIBUTES = ("supported_dtypes", "unsupported_dtype_policy", "dense_gather",
-                          "default_matmul_precision", "fast_transposed_matmul", "amp_dtypes",
-                          "nan_propagating_min_max", "cross_process_collectives",
-                          "host_kernels")
 
 _lock = threading.RLock()
 _records: Optional[Dict[str, "PluginRecord"]] = None
@@ -60,9 +56,10 @@ class PathPlugin(DevicePlugin):
         self.name = name
         self._path = path
         self._options = options
+        known = DevicePlugin().capabilities()  # the capability attributes, one list (base.py)
         for key, value in (capabilities or {}).items():
-            if key not in _CAPABILITY_ATTRIBUTES:
-                raise ValueError(f"unknown capability {key!r}; known: {', '.join(_CAPABILITY_ATTRIBUTES)}")
+            if key not in known:
+                raise ValueError(f"unknown capability {key!r}; known: {', '.join(known)}")
             if isinstance(value, list):  # JSON lists: the tuple/frozenset attributes
                 value = frozenset(value) if key == "supported_dtypes" else tuple(value)
             setattr(self, key, value)

@@ -27,9 +27,9 @@ void UseGroupDevices(int device, const GraphGroup& g) {
   Dims devices(g.devices.begin(), g.devices.end());
   graph::DeviceTrace& trace = graph::Trace(device);
   if (!trace.replica_devices.empty() && trace.replica_devices != devices) {
-    graph::SyncDevice(device, graph::SyncCause::kOther);
+    graph::SyncDevice(device, graph::SyncCause::kOther);  // clears replica_devices
   }
-  graph::Trace(device).replica_devices = devices;
+  trace.replica_devices = devices;
 }
 
 // Traces internal collective `op` on `input`'s elements as a 1-d array and returns a new
@@ -57,6 +57,19 @@ at::Tensor TraceCollective(const char* op, const at::Tensor& input, int64_t out_
   return out;
 }
 
+// A reducing collective `op` on one tensor: the reduction's scaling around the traced op (AVG's
+// division, PREMUL_SUM's factor). Returns a new 1-d tensor of `out_numel` elements.
+at::Tensor TraceReduction(const char* op, const at::Tensor& input, int64_t out_numel, const c10d::ReduceOp& reduce_op,
+                          const GraphGroup& g, const char* counted_as) {
+  Reduction reduction(reduce_op, g.size());
+  std::vector<at::Tensor> inputs{input};
+  reduction.ScaleInputs(inputs, /*in_place=*/false);
+  const std::string name = ReductionName(reduction.op());
+  std::vector<at::Tensor> results{TraceCollective(op, inputs[0], out_numel, &name, nullptr, g, counted_as)};
+  reduction.FinishOutputs(results);
+  return results[0];
+}
+
 }  // namespace
 
 bool GraphReducible(const c10d::ReduceOp& op) {
@@ -64,16 +77,9 @@ bool GraphReducible(const c10d::ReduceOp& op) {
 }
 
 void GraphAllReduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op, const GraphGroup& g) {
-  Reduction reduction(op, g.size());
-  std::vector<at::Tensor> inputs(tensors.begin(), tensors.end());
-  reduction.ScaleInputs(inputs, /*in_place=*/false);
-  const std::string name = ReductionName(reduction.op());
-  std::vector<at::Tensor> results;
-  for (const at::Tensor& t : inputs) {
-    results.push_back(TraceCollective("pjrt::all_reduce", t, t.numel(), &name, nullptr, g, "allreduce"));
+  for (at::Tensor& t : tensors) {
+    t.copy_(TraceReduction("pjrt::all_reduce", t, t.numel(), op, g, "allreduce").view(t.sizes()));
   }
-  reduction.FinishOutputs(results);
-  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(results[i].view(tensors[i].sizes()));
 }
 
 void GraphAllGather(const at::Tensor& output, const at::Tensor& input, const GraphGroup& g) {
@@ -87,14 +93,8 @@ void GraphReduceScatter(const at::Tensor& output, const at::Tensor& input, const
                         const GraphGroup& g) {
   TORCH_CHECK(input.numel() == output.numel() * g.size(), "reduce_scatter: the input has ", input.numel(),
               " elements, expected group size ", g.size(), " times the output's ", output.numel());
-  Reduction reduction(op, g.size());
-  std::vector<at::Tensor> inputs{input};
-  reduction.ScaleInputs(inputs, /*in_place=*/false);
-  const std::string name = ReductionName(reduction.op());
-  std::vector<at::Tensor> results{
-      TraceCollective("pjrt::reduce_scatter", inputs[0], output.numel(), &name, nullptr, g, "reduce_scatter")};
-  reduction.FinishOutputs(results);
-  output.copy_(results[0].view(output.sizes()));
+  at::Tensor reduced = TraceReduction("pjrt::reduce_scatter", input, output.numel(), op, g, "reduce_scatter");
+  output.copy_(reduced.view(output.sizes()));
 }
 
 void GraphBroadcast(std::vector<at::Tensor>& tensors, int root, const GraphGroup& g) {

@@ -8,6 +8,7 @@
 //   pjrt::all_gather(Tensor x, int[] devices)                concatenated along dim 0
 //   pjrt::reduce_scatter(Tensor x, str op, int[] devices)    replica r keeps block r of dim 0
 //   pjrt::broadcast(Tensor x, int root, int[] devices)      replica `root`'s x, bit for bit
+#include <functional>
 #include <stdexcept>
 
 #include "lowering/algebra.h"
@@ -28,24 +29,28 @@ std::string_view CombinerOp(const std::string& op) {
   throw std::invalid_argument("pjrt: reduction '" + op + "' cannot run as a graph collective");
 }
 
-// Bools as bytes: sum and max are a logical or, product and min a logical and, as gloo's are.
-Val AllReduceBool(Emitter& e, const Val& x, const std::string& op) {
-  std::string_view combiner = (op == "sum" || op == "max") ? "maximum" : "minimum";
-  return e.Convert(e.AllReduce(e.Convert(x, ElementType::kU8), combiner), ElementType::kBool);
-}
-
-Val LowerAllReduce1(Emitter& e, const Val& x, const std::string& op) {
-  if (x.dtype() == ElementType::kBool) return AllReduceBool(e, x, op);
-  if (IsComplex(x.dtype())) {
-    if (op != "sum") throw std::invalid_argument("pjrt: all_reduce of complex tensors supports SUM and AVG only");
-    return MakeComplex(e, e.AllReduce(RealPart(e, x), "add"), e.AllReduce(ImagPart(e, x), "add"));
+// A reducing collective (`run`: all-reduce or reduce-scatter with a combiner) of reduction `op`
+// on `x` of any dtype. Bools travel as bytes: sum and max are a logical or, product and min a
+// logical and, as gloo's are. Complex numbers reduce their real and imaginary parts (SUM only).
+Val ReduceAnyDtype(Emitter& e, const Val& x, const std::string& op, const char* collective,
+                   const std::function<Val(const Val&, std::string_view)>& run) {
+  if (x.dtype() == ElementType::kBool) {
+    std::string_view combiner = (op == "sum" || op == "max") ? "maximum" : "minimum";
+    return e.Convert(run(e.Convert(x, ElementType::kU8), combiner), ElementType::kBool);
   }
-  return e.AllReduce(x, CombinerOp(op));
+  if (IsComplex(x.dtype())) {
+    if (op != "sum") {
+      throw std::invalid_argument(std::string("pjrt: ") + collective + " of complex tensors supports SUM and AVG only");
+    }
+    return MakeComplex(e, run(RealPart(e, x), "add"), run(ImagPart(e, x), "add"));
+  }
+  return run(x, CombinerOp(op));
 }
 
 std::vector<Val> LowerAllReduce(LowerCtx& c) {
   c.e.SetReplicaDevices(c.int_list(2));
-  return {LowerAllReduce1(c.e, c.tensor(0), c.string_arg(1))};
+  return {ReduceAnyDtype(c.e, c.tensor(0), c.string_arg(1), "all_reduce",
+                         [&c](const Val& v, std::string_view op) { return c.e.AllReduce(v, op); })};
 }
 
 std::vector<Val> LowerAllGather(LowerCtx& c) {
@@ -55,18 +60,8 @@ std::vector<Val> LowerAllGather(LowerCtx& c) {
 
 std::vector<Val> LowerReduceScatter(LowerCtx& c) {
   c.e.SetReplicaDevices(c.int_list(2));
-  Val x = c.tensor(0);
-  const std::string& op = c.string_arg(1);
-  if (IsComplex(x.dtype())) {
-    if (op != "sum") throw std::invalid_argument("pjrt: reduce_scatter of complex tensors supports SUM and AVG only");
-    return {MakeComplex(c.e, c.e.ReduceScatter(RealPart(c.e, x), 0, "add"),
-                        c.e.ReduceScatter(ImagPart(c.e, x), 0, "add"))};
-  }
-  if (x.dtype() == ElementType::kBool) {
-    std::string_view combiner = (op == "sum" || op == "max") ? "maximum" : "minimum";
-    return {c.e.Convert(c.e.ReduceScatter(c.e.Convert(x, ElementType::kU8), 0, combiner), ElementType::kBool)};
-  }
-  return {c.e.ReduceScatter(x, 0, CombinerOp(op))};
+  return {ReduceAnyDtype(c.e, c.tensor(0), c.string_arg(1), "reduce_scatter",
+                         [&c](const Val& v, std::string_view op) { return c.e.ReduceScatter(v, 0, op); })};
 }
 
 // The unsigned integer type as wide as `t` (bools travel as bytes).
