@@ -1,7 +1,8 @@
 """Mixed precision and checkpoints like on CUDA: autocast numerics against CPU autocast,
 GradScaler with float16 on native unscale/inf-check/update ops with no sync beyond its own,
-torch.save/load and safetensors round trips, pinned-memory DataLoaders."""
+torch.save/load and safetensors round trips, pinned-memory DataLoaders and asynchronous non_blocking uploads."""
 import io
+import time
 
 import pytest
 import torch
@@ -120,11 +121,54 @@ def test_safetensors_round_trip(tmp_path):
 def test_dataloader_pins_memory_with_the_pjrt_allocator():
     data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.arange(16))
     loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)
-    seen = 0
+    seen, before = 0, _async_uploads()
     for x, y in loader:
         assert x.is_pinned() and y.is_pinned()
         assert x.data_ptr() % 64 == 0  # the pjrt host allocator: 64-byte aligned for PJRT
         dx = x.to("pjrt", non_blocking=True)
         torch.testing.assert_close(dx.cpu(), x)
         seen += 1
-    assert seen == 4
+    assert seen == 4 and _async_uploads() == before + 4
+
+
+def _async_uploads():
+    return torch.pjrt.metrics.counters().get("AsyncTransfersToDevice", 0)
+
+
+def test_non_blocking_copy_from_pinned_memory_is_asynchronous_and_keeps_its_source():
+    from torch.multiprocessing.reductions import StorageWeakRef
+    expected = torch.arange(1 << 20, dtype=torch.float32)
+    src = expected.pin_memory()
+    source = StorageWeakRef(src.untyped_storage())
+    before = _async_uploads()
+    dst = src.to("pjrt", non_blocking=True)
+    assert _async_uploads() == before + 1
+    del src  # PJRT may still be reading it: the copy holds the storage until it has
+    noise = [torch.full((1 << 20,), -1.0).pin_memory() for _ in range(4)]  # would reuse freed memory
+    torch.testing.assert_close(dst.cpu(), expected)
+    # Released once PJRT is done with it, not when the device tensor dies.
+    deadline = time.monotonic() + 5
+    while not source.expired() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert source.expired() and dst.device.type == "pjrt"
+    del noise
+
+
+def test_non_blocking_copy_from_pageable_memory_is_synchronous():
+    src = torch.randn(64, 3)
+    before = _async_uploads()
+    dst = src.to("pjrt", non_blocking=True)
+    src.zero_()  # allowed: the copy of pageable memory finished inside .to(), as on CUDA
+    assert _async_uploads() == before
+    assert dst.abs().sum().item() > 0
+
+
+def test_non_blocking_converting_copy_uploads_its_staging_copy_asynchronously():
+    src = torch.randn(4, 5)
+    expected = src.double()
+    before = _async_uploads()
+    dst = torch.empty(4, 5, dtype=torch.float64, device="pjrt")
+    dst.copy_(src, non_blocking=True)
+    src.fill_(7)  # the float64 staging copy is ours: the caller's tensor is free at once
+    assert _async_uploads() == before + 1
+    torch.testing.assert_close(dst.cpu(), expected)

@@ -57,7 +57,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
 }
 
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  WithTorchErrors([&] { CopyBetweenDevices(self, dst); });
+  WithTorchErrors([&] { CopyBetweenDevices(self, dst, non_blocking); });
   return dst;
 }
 

@@ -69,24 +69,43 @@ void CopyToHost(const at::Tensor& src, const at::Tensor& dst, graph::SyncCause c
   if (!direct) dst.copy_(host);
 }
 
-void CopyFromHost(const at::Tensor& src, const at::Tensor& dst) {
+namespace {
+
+// Whether the copy of `host` may finish after _copy_from returns. Only memory from the pjrt
+// pinned allocator (what non_blocking copies are for) or a staging copy nobody else sees: their
+// deleters need no GIL, which matters because PJRT releases them on one of its threads.
+bool MayCopyAsync(const at::Tensor& host, const at::Tensor& src, bool non_blocking) {
+  if (!non_blocking) return false;
+  return !host.storage().is_alias_of(src.storage()) || host.is_pinned();
+}
+
+std::shared_ptr<runtime::Buffer> UploadDense(const at::Tensor& host, ElementType type, int device,
+                                             bool async) {
+  std::vector<int64_t> dims(host.sizes().begin(), host.sizes().end());
+  graph::ScopedTimer timer(graph::Timer::kTransferToDevice);
+  try {
+    if (!async) return runtime::Buffer::FromHost(runtime::GetClient(), device, type, dims, host.data_ptr());
+    // The storage, not the tensor: the copy must keep the memory, not the autograd history.
+    auto keep_alive = std::shared_ptr<void>(new c10::Storage(host.storage()),
+                                            [](void* s) { delete static_cast<c10::Storage*>(s); });
+    Metrics::Increment(Counter::kAsyncTransfersToDevice);
+    return runtime::Buffer::FromHostAsync(runtime::GetClient(), device, type, dims, host.data_ptr(),
+                                          std::move(keep_alive));
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+}  // namespace
+
+void CopyFromHost(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   if (dst.numel() == 0) return;
   at::Tensor host = src;
   if (host.scalar_type() != dst.scalar_type()) host = host.to(dst.scalar_type());
   if (host.sizes() != dst.sizes()) host = host.expand(dst.sizes());
   host = host.contiguous();
-  ElementType type = ToElementType(dst.scalar_type());
-  std::vector<int64_t> dims(dst.sizes().begin(), dst.sizes().end());
-  int device = dst.device().index();
-  std::shared_ptr<runtime::Buffer> buffer;
-  {
-    graph::ScopedTimer timer(graph::Timer::kTransferToDevice);
-    try {
-      buffer = runtime::Buffer::FromHost(runtime::GetClient(), device, type, dims, host.data_ptr());
-    } catch (const std::exception& e) {
-      TORCH_CHECK(false, e.what());
-    }
-  }
+  std::shared_ptr<runtime::Buffer> buffer = UploadDense(
+      host, ToElementType(dst.scalar_type()), dst.device().index(), MayCopyAsync(host, src, non_blocking));
   Metrics::Increment(Counter::kTransfersToDevice);
   Metrics::Increment(Counter::kTransferBytesToDevice, static_cast<int64_t>(buffer->nbytes()));
   graph::GraphLock lock;
@@ -97,7 +116,7 @@ void CopyFromHost(const at::Tensor& src, const at::Tensor& dst) {
   }
 }
 
-void CopyBetweenDevices(const at::Tensor& src_in, const at::Tensor& dst) {
+void CopyBetweenDevices(const at::Tensor& src_in, const at::Tensor& dst, bool non_blocking) {
   if (!IsPjrt(dst)) {
     TORCH_CHECK(dst.device().is_cpu(), "pjrt: cannot copy to a tensor on ", dst.device());
     at::Tensor staging = src_in;
@@ -107,7 +126,7 @@ void CopyBetweenDevices(const at::Tensor& src_in, const at::Tensor& dst) {
   }
   // ReadValue and WriteValue apply conj/neg bits, so host data is passed as its logical value.
   if (!IsPjrt(src_in)) {
-    CopyFromHost(src_in.resolve_conj().resolve_neg(), dst);
+    CopyFromHost(src_in.resolve_conj().resolve_neg(), dst, non_blocking);
     return;
   }
   const at::Tensor& src = src_in;

@@ -10,11 +10,13 @@ namespace torch_pjrt::aten {
 
 // _copy_from: copies `src` into `dst` where at least one of them is a pjrt tensor, converting
 // dtype and broadcasting like Tensor.copy_.
-void CopyBetweenDevices(const at::Tensor& src, const at::Tensor& dst);
+void CopyBetweenDevices(const at::Tensor& src, const at::Tensor& dst, bool non_blocking = false);
 // Reads pjrt tensor `src` into CPU tensor `dst` (same sizes), syncing its device first.
 void CopyToHost(const at::Tensor& src, const at::Tensor& dst, graph::SyncCause cause);
-// Writes CPU tensor `src` into pjrt tensor `dst`.
-void CopyFromHost(const at::Tensor& src, const at::Tensor& dst);
+// Writes CPU tensor `src` into pjrt tensor `dst`. With `non_blocking`, from pinned memory (or
+// from a staging copy made here), it returns before the data is read, as CUDA's does: the caller
+// must not write `src` until the device has used it (torch.pjrt.synchronize()).
+void CopyFromHost(const at::Tensor& src, const at::Tensor& dst, bool non_blocking = false);
 // Gives the storage `nbytes` bytes: the old contents stay at the front (truncated when smaller).
 void ResizeStorage(const c10::Storage& storage, size_t nbytes);
 

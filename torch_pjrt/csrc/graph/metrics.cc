@@ -41,6 +41,7 @@ const char* Metrics::Name(Counter c) {
     case Counter::kDonatedBuffers: return "DonatedBuffers";
     case Counter::kTransfersToDevice: return "TransfersToDevice";
     case Counter::kTransferBytesToDevice: return "TransferBytesToDevice";
+    case Counter::kAsyncTransfersToDevice: return "AsyncTransfersToDevice";
     case Counter::kTransfersFromDevice: return "TransfersFromDevice";
     case Counter::kTransferBytesFromDevice: return "TransferBytesFromDevice";
     case Counter::kDeviceToDeviceCopies: return "DeviceToDeviceCopies";

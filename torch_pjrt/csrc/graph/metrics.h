@@ -21,6 +21,7 @@ enum class Counter : int {
   kDonatedBuffers,
   kTransfersToDevice,
   kTransferBytesToDevice,
+  kAsyncTransfersToDevice,  // of those, non_blocking copies that returned before PJRT read the host
   kTransfersFromDevice,
   kTransferBytesFromDevice,
   kDeviceToDeviceCopies,

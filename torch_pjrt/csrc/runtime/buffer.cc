@@ -52,16 +52,68 @@ ElementType FromPjrtType(PJRT_Buffer_Type t) {
   return ElementType::kInvalid;
 }
 
-std::shared_ptr<Buffer> Buffer::FromHost(const std::shared_ptr<Client>& client, int device,
-                                         ElementType type, const std::vector<int64_t>& dims,
-                                         const void* data, const int64_t* byte_strides) {
-  const Plugin& plugin = client->plugin();
+namespace {
+
+PJRT_Client_BufferFromHostBuffer_Args HostBufferArgs(const Client& client, int device,
+                                                     ElementType type,
+                                                     const std::vector<int64_t>& dims,
+                                                     const void* data) {
   auto args = PJRT_ARGS(PJRT_Client_BufferFromHostBuffer);
-  args.client = client->raw();
+  args.client = client.raw();
   args.data = data;
   args.type = ToPjrtType(type);
   args.dims = dims.data();
   args.num_dims = dims.size();
+  args.device = client.device(device);
+  return args;
+}
+
+// PJRT_Event_OnReady callback of an asynchronous host-to-device copy: PJRT no longer reads the
+// host memory, so its owner may go. Runs on a plugin thread; a failed copy reports its error to
+// whoever reads the buffer, so the error here is only freed.
+void ReleaseHostSource(PJRT_Error* error, void* user_arg) {
+  auto* source = static_cast<std::pair<const Plugin*, std::shared_ptr<void>>*>(user_arg);
+  if (error != nullptr) source->first->TakeMessage(error);
+  delete source;
+}
+
+}  // namespace
+
+std::shared_ptr<Buffer> Buffer::FromHostAsync(const std::shared_ptr<Client>& client, int device,
+                                              ElementType type, const std::vector<int64_t>& dims,
+                                              const void* data, std::shared_ptr<void> keep_alive) {
+  const Plugin& plugin = client->plugin();
+  auto args = HostBufferArgs(*client, device, type, dims, data);
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+  PJRT_CALL(plugin, PJRT_Client_BufferFromHostBuffer, &args);
+  auto buffer = std::make_shared<Buffer>(client, args.buffer, device);
+  if (args.done_with_host_buffer == nullptr) return buffer;  // the plugin copied during the call
+  auto on_ready = PJRT_ARGS(PJRT_Event_OnReady);
+  on_ready.event = args.done_with_host_buffer;
+  on_ready.callback = &ReleaseHostSource;
+  on_ready.user_arg = new std::pair<const Plugin*, std::shared_ptr<void>>(&plugin, std::move(keep_alive));
+  PJRT_Error* error = plugin.api()->PJRT_Event_OnReady(&on_ready);
+  if (error != nullptr) {  // no callback will come: wait for the copy here instead
+    plugin.TakeMessage(error);
+    try {
+      plugin.AwaitAndDestroy(args.done_with_host_buffer, "host-to-device transfer");
+    } catch (const PjrtError&) {  // the buffer carries the failure to its readers
+    }
+    ReleaseHostSource(nullptr, on_ready.user_arg);
+    return buffer;
+  }
+  // PJRT lets an event be destroyed before it is ready; the callback stays registered.
+  auto destroy = PJRT_ARGS(PJRT_Event_Destroy);
+  destroy.event = args.done_with_host_buffer;
+  plugin.api()->PJRT_Event_Destroy(&destroy);
+  return buffer;
+}
+
+std::shared_ptr<Buffer> Buffer::FromHost(const std::shared_ptr<Client>& client, int device,
+                                         ElementType type, const std::vector<int64_t>& dims,
+                                         const void* data, const int64_t* byte_strides) {
+  const Plugin& plugin = client->plugin();
+  auto args = HostBufferArgs(*client, device, type, dims, data);
   if (byte_strides != nullptr) {
     args.byte_strides = byte_strides;
     args.num_byte_strides = dims.size();
@@ -69,7 +121,6 @@ std::shared_ptr<Buffer> Buffer::FromHost(const std::shared_ptr<Client>& client, 
   // The host memory belongs to a torch tensor that may change right after we return, so PJRT
   // must finish reading it during the call.
   args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
-  args.device = client->device(device);
   PJRT_CALL(plugin, PJRT_Client_BufferFromHostBuffer, &args);
   plugin.AwaitAndDestroy(args.done_with_host_buffer, "host-to-device transfer");
   return std::make_shared<Buffer>(client, args.buffer, device);

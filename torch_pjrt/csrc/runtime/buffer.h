@@ -22,6 +22,13 @@ class Buffer {
   static std::shared_ptr<Buffer> FromHost(const std::shared_ptr<Client>& client, int device,
                                           ElementType type, const std::vector<int64_t>& dims,
                                           const void* data, const int64_t* byte_strides = nullptr);
+  // Starts copying dense row-major `data` to `device` and returns at once: PJRT reads the host
+  // memory while the caller goes on, and `keep_alive` (the owner of `data`) is released once it
+  // has (PJRT's done_with_host_buffer event). Readers of the buffer wait for the copy. The
+  // caller promises what CUDA's non_blocking copies ask: nobody writes `data` meanwhile.
+  static std::shared_ptr<Buffer> FromHostAsync(const std::shared_ptr<Client>& client, int device,
+                                               ElementType type, const std::vector<int64_t>& dims,
+                                               const void* data, std::shared_ptr<void> keep_alive);
   // Takes ownership of `buffer` (an execution output or a copy).
   Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device);
   ~Buffer();
