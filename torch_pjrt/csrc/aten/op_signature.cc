@@ -45,12 +45,13 @@ std::vector<c10::OperatorHandle> FindVariants(const c10::OperatorHandle& functio
   const std::string& overload = fs.overload_name();  // "Tensor"
   std::vector<c10::OperatorHandle> out;
   auto& dispatcher = c10::Dispatcher::singleton();
-  // In-place: name_ with the same overload and the same arguments.
+  // In-place: name_ with the same overload and the same arguments in the same order
+  // (polygamma_(self, n) is not polygamma(n, self): aten/reordered_inplace.cc).
   if (auto inplace = dispatcher.findSchema({name + "_", overload})) {
     const auto& args = inplace->schema().arguments();
-    if (args.size() == fs.arguments().size() && !args.empty() && IsWritten(args[0])) {
-      out.push_back(*inplace);
-    }
+    bool same = args.size() == fs.arguments().size() && !args.empty() && IsWritten(args[0]);
+    for (size_t i = 0; i < args.size() && same; ++i) same = SameArgument(args[i], fs.arguments()[i]);
+    if (same) out.push_back(*inplace);
   }
   // Out variants: same name, the functional arguments followed by written out= arguments.
   static const auto* overloads = [] {

@@ -16,6 +16,8 @@ Val RealPart(Emitter& e, const Val& x);  // real types: x itself
 Val ImagPart(Emitter& e, const Val& x);  // real types: zeros
 Val MakeComplex(Emitter& e, const Val& re, const Val& im);  // re, im of the same real type
 Val Conj(Emitter& e, const Val& x);       // identity for real types
+// |x| as torch.abs computes it; real-typed for complex x (C's hypot of the parts).
+Val Magnitude(Emitter& e, const Val& x);
 // Element type conversion with torch's complex rules: real -> complex gets a zero imaginary
 // part, complex -> real keeps the real part (XLA rejects a complex-to-real convert).
 Val ConvertTo(Emitter& e, const Val& x, ElementType t);

@@ -261,20 +261,7 @@ std::vector<Val> ComplexVectorNorm(LowerCtx& c) {
   Dims dims = ReduceDimsArg(c, 2, x.rank());
   ElementType acc = Opmath(c.out().dtype);
   Val a = e.Convert(Abs(e, x), acc);
-  double ord = c.is_none(1) ? 2.0 : c.scalar_constant(1);
-  Val r;
-  if (std::isinf(ord)) {
-    r = e.Reduce(a, e.Scalar(ord > 0 ? -INFINITY : INFINITY, acc), dims, ord > 0 ? "maximum" : "minimum");
-  } else if (ord == 0) {
-    r = e.Reduce(e.Convert(e.Compare("NE", a, e.Full(0, a.type)), acc), e.Scalar(0, acc), dims, "add");
-  } else if (ord == 1) {
-    r = e.Reduce(a, e.Scalar(0, acc), dims, "add");
-  } else if (ord == 2) {
-    r = e.Unary("sqrt", e.Reduce(e.Binary("multiply", a, a), e.Scalar(0, acc), dims, "add"));
-  } else {
-    Val s = e.Reduce(e.Binary("power", a, e.Full(ord, a.type)), e.Scalar(0, acc), dims, "add");
-    r = e.Binary("power", s, e.Full(1.0 / ord, s.type));
-  }
+  Val r = PNorm(e, a, c.is_none(1) ? 2.0 : c.scalar_constant(1), dims);
   return {e.Convert(e.Reshape(r, c.out().dims), c.out().dtype)};
 }
 
@@ -301,12 +288,12 @@ std::vector<Val> ComplexPowScalar(LowerCtx& c) {
   return {c.e.Binary("power", x, ComplexFull(c.e, ComplexConstant(c, 1, 1.0), x.type))};
 }
 
-// addmm / addmv / baddbmm (self, a, b, *, beta, alpha) with complex beta or alpha.
-std::vector<Val> ComplexAddProduct(LowerCtx& c, const Dims& batch, int64_t ca, int64_t cb) {
+// addmm / addmv / baddbmm / addbmm (self, a, b, *, beta, alpha) with complex beta or alpha.
+std::vector<Val> ComplexAddProduct(LowerCtx& c, const Dims& batch, const Dims& ca, const Dims& cb) {
   Emitter& e = c.e;
   ElementType t = c.out().dtype;
   Val a = ConvertTo(e, c.tensor(1), t), b = ConvertTo(e, c.tensor(2), t);
-  Val r = e.DotGeneral(a, b, batch, batch, {ca}, {cb}, t);
+  Val r = e.DotGeneral(a, b, batch, batch, ca, cb, t);
   auto alpha = ComplexConstant(c, 4, 1.0), beta = ComplexConstant(c, 3, 1.0);
   if (alpha != std::make_pair(1.0, 0.0)) r = e.Binary("multiply", r, ComplexFull(e, alpha, r.type));
   if (beta != std::make_pair(0.0, 0.0)) {
@@ -316,9 +303,10 @@ std::vector<Val> ComplexAddProduct(LowerCtx& c, const Dims& batch, int64_t ca, i
   }
   return {r};
 }
-std::vector<Val> ComplexAddmm(LowerCtx& c) { return ComplexAddProduct(c, {}, 1, 0); }
-std::vector<Val> ComplexAddmv(LowerCtx& c) { return ComplexAddProduct(c, {}, 1, 0); }
-std::vector<Val> ComplexBaddbmm(LowerCtx& c) { return ComplexAddProduct(c, {0}, 2, 1); }
+std::vector<Val> ComplexAddmm(LowerCtx& c) { return ComplexAddProduct(c, {}, {1}, {0}); }
+std::vector<Val> ComplexAddmv(LowerCtx& c) { return ComplexAddProduct(c, {}, {1}, {0}); }
+std::vector<Val> ComplexBaddbmm(LowerCtx& c) { return ComplexAddProduct(c, {0}, {2}, {1}); }
+std::vector<Val> ComplexAddbmm(LowerCtx& c) { return ComplexAddProduct(c, {}, {0, 2}, {0, 1}); }
 
 // ------------------------------------------------------------ routing
 
@@ -343,6 +331,8 @@ void Reroute(Registry& r, const char* schema, int k, LowerFn route) {
 }
 
 }  // namespace
+
+Val Magnitude(Emitter& e, const Val& x) { return Abs(e, x); }
 
 void RegisterComplexOps(Registry& r) {
   r.Add("complex", LowerComplex);
@@ -372,6 +362,7 @@ void RegisterComplexOps(Registry& r) {
   Reroute(r, "lerp.Scalar", 17, Route<17, ComplexLerp, TakesComplexInput>);
   Reroute(r, "lerp.Tensor", 18, Route<18, ComplexLerp, TakesComplexInput>);
   Reroute(r, "logaddexp", 19, Route<19, ComplexLogaddexp, TakesComplexInput>);
+  Reroute(r, "addbmm", 20, Route<20, ComplexAddbmm, HasComplexAlphaBeta>);
 }
 
 }  // namespace torch_pjrt::lowering

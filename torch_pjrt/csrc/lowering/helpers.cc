@@ -211,6 +211,18 @@ Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc) {
   return e.Reduce(xc, e.Scalar(0, acc), dims, "add");
 }
 
+Val PNorm(Emitter& e, const Val& a, double ord, const Dims& dims) {
+  ElementType t = a.dtype();
+  if (std::isinf(ord)) {
+    return e.Reduce(a, e.Scalar(ord > 0 ? -INFINITY : INFINITY, t), dims, ord > 0 ? "maximum" : "minimum");
+  }
+  if (ord == 0) return SumDims(e, e.Convert(e.Compare("NE", a, e.Full(0, a.type)), t), dims, t);
+  if (ord == 1) return SumDims(e, a, dims, t);
+  if (ord == 2) return e.Unary("sqrt", SumDims(e, e.Binary("multiply", a, a), dims, t));
+  Val s = SumDims(e, e.Binary("power", a, e.Full(ord, a.type)), dims, t);
+  return e.Binary("power", s, e.Full(1.0 / ord, s.type));
+}
+
 Val WrapNegative(Emitter& e, const Val& index, int64_t size) {
   Val i = e.Convert(index, ElementType::kS64);
   Val negative = e.Compare("LT", i, e.Full(0, i.type));

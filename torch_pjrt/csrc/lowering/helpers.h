@@ -45,6 +45,9 @@ double HighestFinite(ElementType t);
 
 // Sum of `x` over `dims` accumulated in `acc` type.
 Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc);
+// The p-norm over `dims` of non-negative `magnitudes` (|x|), in their type: ord inf / -inf is
+// the max / min, 0 counts non-zeros, 1 and 2 are sums, anything else (sum a^p)^(1/p).
+Val PNorm(Emitter& e, const Val& magnitudes, double ord, const Dims& dims);
 // Mean of `x` (already of type `acc`) over `dims` as the sum of x / n, which cannot overflow where
 // the sum of x would (torch's CPU statistics accumulate in double or by Welford's method: the mean
 // of {3e38, 3e38} is finite there).

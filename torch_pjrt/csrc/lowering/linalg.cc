@@ -39,6 +39,10 @@ std::vector<Val> LowerBmm(LowerCtx& c) {  // bmm(self, mat2)
 std::vector<Val> LowerBaddbmm(LowerCtx& c) {  // baddbmm(self, batch1, batch2, *, beta=1, alpha=1)
   return {Accumulate(c, Dot(c, c.tensor(1), c.tensor(2), {0}, {2}, {1}), 0, 3, 4)};
 }
+// addbmm(self, batch1, batch2, *, beta=1, alpha=1): the batch is contracted with k.
+std::vector<Val> LowerAddbmm(LowerCtx& c) {
+  return {Accumulate(c, Dot(c, c.tensor(1), c.tensor(2), {}, {0, 2}, {0, 1}), 0, 3, 4)};
+}
 std::vector<Val> LowerMv(LowerCtx& c) {  // mv(self, vec)
   return {c.e.Convert(Dot(c, c.tensor(0), c.tensor(1), {}, {1}, {0}), c.out().dtype)};
 }
@@ -57,6 +61,7 @@ void RegisterLinalgOps(Registry& r) {
   r.Add("addmm", LowerAddmm).structural_scalars = {3, 4};
   r.Add("bmm", LowerBmm);
   r.Add("baddbmm", LowerBaddbmm).structural_scalars = {3, 4};
+  r.Add("addbmm", LowerAddbmm).structural_scalars = {3, 4};
   r.Add("mv", LowerMv);
   r.Add("addmv", LowerAddmv).structural_scalars = {3, 4};
   r.Add("dot", LowerDot);

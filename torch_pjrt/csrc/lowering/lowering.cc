@@ -191,6 +191,8 @@ const TableData& Data() {
     RegisterInternalOps(r);
     RegisterCollectiveOps(r);
     RegisterElementwiseOps(r);
+    RegisterActivationOps(r);
+    RegisterLossOps(r);
     RegisterReductionOps(r);
     RegisterLinalgOps(r);
     RegisterNNOps(r);

@@ -134,6 +134,8 @@ int FindLowering(std::string_view schema);
 void RegisterInternalOps(Registry& r);
 void RegisterCollectiveOps(Registry& r);
 void RegisterElementwiseOps(Registry& r);
+void RegisterActivationOps(Registry& r);
+void RegisterLossOps(Registry& r);
 void RegisterReductionOps(Registry& r);
 void RegisterLinalgOps(Registry& r);
 void RegisterNNOps(Registry& r);

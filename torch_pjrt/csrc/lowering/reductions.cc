@@ -232,22 +232,48 @@ std::vector<Val> LowerVectorNorm(LowerCtx& c) {
   Dims dims = ReduceDims(c, 2, x.rank());
   ElementType acc = Opmath(c.out().dtype);
   Val a = c.e.Unary("abs", c.e.Convert(x, acc));
-  double ord = c.is_none(1) ? 2.0 : c.scalar_constant(1);
-  Val r;
-  if (std::isinf(ord)) {
-    r = ReduceMax(c.e, a, dims, ord > 0);
-  } else if (ord == 0) {
-    r = SumDims(c.e, c.e.Convert(c.e.Compare("NE", a, c.e.Full(0, a.type)), acc), dims, acc);
-  } else if (ord == 1) {
-    r = SumDims(c.e, a, dims, acc);
-  } else if (ord == 2) {
-    r = c.e.Unary("sqrt", SumDims(c.e, c.e.Binary("multiply", a, a), dims, acc));
-  } else {
-    Val p = c.e.Binary("power", a, c.e.Full(ord, a.type));
-    Val s = SumDims(c.e, p, dims, acc);
-    r = c.e.Binary("power", s, c.e.Full(1.0 / ord, s.type));
-  }
+  Val r = PNorm(c.e, a, c.is_none(1) ? 2.0 : c.scalar_constant(1), dims);
   return {Finish(c, r, x, dims, c.bool_arg(3, false))};
+}
+
+// The legacy norm overloads as linalg_vector_norm (the table's entry, so complex inputs take
+// complex.cc's route): norm.Scalar(self, p=2), norm.ScalarOpt_dtype(self, p?, *, dtype),
+// norm.ScalarOpt_dim(self, p?, dim, keepdim=False), norm.ScalarOpt_dim_dtype(..., *, dtype).
+std::vector<Val> AsVectorNorm(LowerCtx& c, bool has_dim, bool has_dtype) {
+  static const LowerFn vector_norm = Table()[FindLowering("linalg_vector_norm")].fn;
+  Arg ord = c.is_none(1) ? Arg::Double(2.0) : c.arg(1);
+  Arg dim = has_dim ? c.arg(2) : Arg::None();
+  Arg keepdim = has_dim ? c.arg(3) : Arg::Bool(false);
+  size_t dtype_i = has_dim ? 4 : 2;
+  Arg dtype = has_dtype ? c.arg(dtype_i) : Arg::None();
+  std::vector<Arg> args{c.arg(0), ord, dim, keepdim, dtype};
+  return c.LowerElement(0, vector_norm, &args);
+}
+std::vector<Val> LowerNormScalar(LowerCtx& c) { return AsVectorNorm(c, false, false); }
+std::vector<Val> LowerNormDtype(LowerCtx& c) { return AsVectorNorm(c, false, true); }
+std::vector<Val> LowerNormDim(LowerCtx& c) { return AsVectorNorm(c, true, false); }
+std::vector<Val> LowerNormDimDtype(LowerCtx& c) { return AsVectorNorm(c, true, true); }
+
+// renorm(self, p, dim, maxnorm): each slice along `dim` whose p-norm exceeds maxnorm is scaled
+// by maxnorm / (norm + 1e-7), like torch's CPU kernel; the factor is rounded to self's type
+// where that differs from the norm's (half types, complex).
+std::vector<Val> LowerRenorm(LowerCtx& c) {
+  Emitter& e = c.e;
+  Val x = c.tensor(0);
+  ElementType t = c.out().dtype;
+  ElementType acc = Opmath(ComplexPartType(t));
+  int64_t dim = NormDims({c.int_arg(2)}, x.rank())[0];
+  Dims others;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i != dim) others.push_back(i);
+  }
+  Val a = e.Convert(Magnitude(e, x), acc);
+  Val norm = e.BroadcastInDim(PNorm(e, a, c.scalar_constant(1), others), x.dims(), {dim});
+  Val maxnorm = e.BroadcastTo(c.scalar(3, acc), x.dims());
+  Val scaled = e.Binary("divide", maxnorm, e.Binary("add", norm, e.Full(1e-7, norm.type)));
+  Val factor = e.Select(e.Compare("GT", norm, maxnorm), scaled, e.Full(1, norm.type));
+  if (acc != t) factor = ConvertTo(e, ConvertTo(e, factor, ComplexPartType(t)), t);
+  return {e.Binary("multiply", ConvertTo(e, x, factor.dtype()), factor)};
 }
 
 // any.dims / all.dims (self, dim=None, keepdim=False), any / all (self)
@@ -367,6 +393,11 @@ void RegisterReductionOps(Registry& r) {
   r.Add("var_mean.correction", LowerVarMean).structural_scalars = {2};
   r.Add("std_mean.correction", LowerStdMean).structural_scalars = {2};
   r.Add("linalg_vector_norm", LowerVectorNorm).structural_scalars = {1};
+  r.Add("norm.Scalar", LowerNormScalar).structural_scalars = {1};
+  r.Add("norm.ScalarOpt_dtype", LowerNormDtype).structural_scalars = {1};
+  r.Add("norm.ScalarOpt_dim", LowerNormDim).structural_scalars = {1};
+  r.Add("norm.ScalarOpt_dim_dtype", LowerNormDimDtype).structural_scalars = {1};
+  r.Add("renorm", LowerRenorm).structural_scalars = {1};
   r.Add("any.dims", LowerAnyDims);
   r.Add("all.dims", LowerAllDims);
   r.Add("any.dim", LowerAnyDim);

@@ -1,0 +1,190 @@
+"""Lowerings of lowering/activations.cc, losses.cc and factories.cc, the legacy norm overloads,
+renorm and addbmm against CPU eager: NaN/inf, reductions, dtypes, gradients, and that each ran
+through its lowering (no CPU fallback). Before these lowerings every op here fell back."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from test_lowerings_pointwise import FLOATS, check, make, tol
+
+NAN = float("nan")
+
+
+def check_grad(fn, args, schemas, dtype=torch.float64, **kw):
+    """Gradients of <w, fn(*args)> with respect to every floating arg, on CPU and pjrt, with the
+    backward ops in `schemas` lowered."""
+    def grads(device):
+        xs = [a.to(device).requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+              for a in args]
+        out = fn(*xs)
+        w = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape).to(device)
+        leaves = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
+        return [g.cpu() for g in torch.autograd.grad((out * w).sum(), leaves)]
+
+    expected = grads("cpu")
+    torch.pjrt.metrics.reset()
+    actual = grads("pjrt")
+    assert torch.pjrt.metrics.fallbacks() == {}
+    lowered = torch.pjrt.metrics.lowered()
+    for s in schemas:
+        assert lowered.get(s, 0) > 0, f"{s} did not run through its lowering: {lowered}"
+    torch.testing.assert_close(actual, expected, equal_nan=True, **(kw or tol(dtype)))
+
+
+# ------------------------------------------------------------------------------ activations
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", ["hardshrink", "softshrink"])
+def test_shrink(name, dtype):
+    fn = getattr(F, name)
+    x = make((6, 7), dtype)
+    check(lambda t: fn(t), (x,), [name], dtype)
+    check(lambda t: fn(t, 1.5), (x,), [name], dtype)
+    check_grad(lambda t: fn(t, 0.7), (make((6, 7), torch.float64, special=False),), [f"{name}_backward"])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_logsigmoid(dtype):
+    x = make((5, 8), dtype, low=-40, high=40)
+    check(F.logsigmoid, (x,), ["log_sigmoid_forward"], dtype)
+    check_grad(F.logsigmoid, (make((5, 8), torch.float64, low=-30, high=30, special=False),),
+               ["log_sigmoid_backward"])
+
+
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+def test_glu(dim):
+    x = make((4, 6, 8), torch.float32)
+    check(lambda t: F.glu(t, dim), (x,), ["glu"])
+    check_grad(lambda t: F.glu(t, dim), (make((4, 6, 8), torch.float64, special=False),), ["glu_backward"])
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_prelu(channels):
+    x = make((2, 3, 4, 5), torch.float32)
+    w = torch.tensor([0.25, -0.5, 2.0][:channels])
+    check(F.prelu, (x, w), ["_prelu_kernel"])
+    check_grad(F.prelu, (make((2, 3, 4, 5), torch.float64, special=False), w.double()),
+               ["_prelu_kernel_backward"])
+
+
+# ------------------------------------------------------------------------------ losses
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+def test_smooth_l1_loss(reduction, beta):
+    x, y = make((4, 5), torch.float32, seed=1), make((4, 5), torch.float32, seed=2, special=False)
+    lowered = ["smooth_l1_loss"] if beta else []  # beta = 0: torch.nn.functional calls l1_loss
+    check(lambda a, b: F.smooth_l1_loss(a, b, reduction=reduction, beta=beta), (x, y), lowered)
+    x64, y64 = make((4, 5), torch.float64, special=False, seed=3), make((4, 5), torch.float64, seed=4, special=False)
+    check_grad(lambda a, b: F.smooth_l1_loss(a, b, reduction=reduction, beta=beta), (x64, y64),
+               [s + "_backward" for s in lowered])
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("delta", [0.3, 1.0, 2.5])
+def test_huber_loss(reduction, delta):
+    x, y = make((3, 7), torch.float32, seed=1), make((3, 7), torch.float32, seed=2, special=False)
+    check(lambda a, b: F.huber_loss(a, b, reduction=reduction, delta=delta), (x, y), ["huber_loss"])
+    x64, y64 = make((3, 7), torch.float64, special=False, seed=3), make((3, 7), torch.float64, seed=4, special=False)
+    check_grad(lambda a, b: F.huber_loss(a, b, reduction=reduction, delta=delta), (x64, y64),
+               ["huber_loss_backward"])
+
+
+def test_losses_of_empty_inputs_are_nan_or_zero():
+    e = torch.empty(0, 3)
+    check(lambda a: F.smooth_l1_loss(a, a), (e,), ["smooth_l1_loss"])   # mean of nothing: NaN
+    check(lambda a: F.huber_loss(a, a, reduction="sum"), (e,), ["huber_loss"])
+
+
+def test_bce_with_logits_runs_natively_through_log_sigmoid():
+    x, y = make((4, 6), torch.float32, special=False), torch.rand(4, 6)
+    check(F.binary_cross_entropy_with_logits, (x, y), ["log_sigmoid_forward"])
+
+
+# ------------------------------------------------------------------------------ factories
+
+def _factory(fn, *args, **kw):
+    expected = fn(*args, **kw)
+    torch.pjrt.metrics.reset()
+    actual = fn(*args, device="pjrt", **kw).cpu()
+    assert torch.pjrt.metrics.fallbacks() == {}
+    return actual, expected
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.complex64], ids=str)
+@pytest.mark.parametrize("start,end,steps", [(0, 1, 50), (-3, 12, 16), (5, -5, 11), (2.5, 2.5, 1), (0, 1, 0)])
+def test_linspace(start, end, steps, dtype):
+    actual, expected = _factory(torch.linspace, start, end, steps, dtype=dtype)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    # One ulp: torch's CPU kernel vectorizes the first half as base + i * step.
+    torch.testing.assert_close(actual, expected, **({} if dtype.is_floating_point or dtype.is_complex else dict(atol=1, rtol=0)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64], ids=str)
+@pytest.mark.parametrize("base", [10.0, 2.0, 0.5])
+def test_logspace(base, dtype):
+    actual, expected = _factory(torch.logspace, -2, 3, 13, base=base, dtype=dtype)
+    torch.testing.assert_close(actual, expected)
+    actual, expected = _factory(torch.logspace, 1.5, 9, 1, base=base, dtype=dtype)
+    torch.testing.assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool], ids=str)
+def test_eye(dtype):
+    for args in [(4,), (3, 5), (5, 2), (0,)]:
+        actual, expected = _factory(torch.eye, *args, dtype=dtype)
+        assert torch.equal(actual, expected)
+
+
+def test_linspace_start_and_end_are_values():
+    torch.linspace(0, 1, 9, device="pjrt").cpu()
+    compiled = torch.pjrt.metrics.counters()["GraphsCompiled"]
+    torch.testing.assert_close(torch.linspace(-4, 7, 9, device="pjrt").cpu(), torch.linspace(-4, 7, 9))
+    assert torch.pjrt.metrics.counters()["GraphsCompiled"] == compiled  # no recompile for new bounds
+
+
+# ------------------------------------------------------------------------------ norms, products
+
+@pytest.mark.parametrize("p", [1, 2, 3.5, float("inf"), 0])
+def test_legacy_norm_overloads(p):
+    # torch.norm itself calls linalg_vector_norm; C++ callers (dist, pairwise_distance) reach these.
+    aten = torch.ops.aten
+    x = make((4, 6), torch.float32, special=False)
+    check(lambda t: aten.norm.Scalar(t, p), (x,), ["norm.Scalar"])
+    check(lambda t: aten.norm.ScalarOpt_dtype(t, p, dtype=torch.float64), (x,), ["norm.ScalarOpt_dtype"])
+    check(lambda t: aten.norm.ScalarOpt_dim(t, p, [1], True), (x,), ["norm.ScalarOpt_dim"])
+    check(lambda t: aten.norm.ScalarOpt_dim_dtype(t, p, [0], False, dtype=torch.float64), (x,),
+          ["norm.ScalarOpt_dim_dtype"])
+    check(lambda a, b: torch.dist(a, b, p), (x, make((4, 6), torch.float32, seed=5, special=False)), ["norm.Scalar"])
+
+
+def test_norm_of_complex_and_distance_gradients():
+    z = torch.randn(3, 4, dtype=torch.complex64)
+    check(lambda t: torch.ops.aten.norm.ScalarOpt_dim(t, 2, [1]), (z,), ["norm.ScalarOpt_dim"])
+    a, b = make((5, 3), torch.float64, special=False), make((5, 3), torch.float64, seed=7, special=False)
+    check_grad(F.pairwise_distance, (a, b), ["norm.ScalarOpt_dim"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.complex64], ids=str)
+@pytest.mark.parametrize("p,dim", [(2, 0), (1, 1), (float("inf"), -1)])
+def test_renorm(p, dim, dtype):
+    x = (torch.randn(3, 4, 5, dtype=torch.float64) * 3).to(dtype)
+    check(lambda t: torch.renorm(t, p, dim, 2.0), (x,), ["renorm"], dtype)
+
+
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, -2), (0, 1), (1j, 2 - 1j)])
+def test_addbmm(beta, alpha):
+    dtype = torch.complex64 if isinstance(beta, complex) or isinstance(alpha, complex) else torch.float32
+    self_, b1, b2 = (torch.randn(s, dtype=dtype) for s in [(3, 5), (4, 3, 6), (4, 6, 5)])
+    if beta == 0:
+        self_[0, 0] = NAN  # beta=0 ignores self, NaN included
+    check(lambda s, x, y: torch.addbmm(s, x, y, beta=beta, alpha=alpha), (self_, b1, b2), ["addbmm"],
+          rtol=1e-5, atol=1e-5)
+
+
+def test_polygamma_inplace_is_the_lowered_polygamma():
+    # polygamma_(self, n) has its arguments in the other order than polygamma(n, self): it must
+    # not be paired with it positionally (it used to be, and then always fell back).
+    x = torch.rand(6, dtype=torch.float64) + 0.5
+    for n in range(3):
+        check(lambda t: t.clone().polygamma_(n), (x,), ["polygamma"], torch.float64)
