@@ -188,3 +188,29 @@ def test_polygamma_inplace_is_the_lowered_polygamma():
     x = torch.rand(6, dtype=torch.float64) + 0.5
     for n in range(3):
         check(lambda t: t.clone().polygamma_(n), (x,), ["polygamma"], torch.float64)
+
+
+# ------------------------------------------------------------------------------ distances
+
+@pytest.mark.parametrize("p", [0, 1, 2, 0.5, 3, float("inf")])
+@pytest.mark.parametrize("points", [(3, 5), (30, 4)])  # above 25 points, p = 2 is a matrix product
+def test_cdist(p, points):
+    x1, x2 = torch.randn(2, points[0], 4), torch.randn(1, points[1], 4)
+    x1[0, 0, 0], x1[0, 1, 1], x2[0, 2, 3] = NAN, float("inf"), -float("inf")
+    # torch.cdist itself computes p = 2 by matrix product (not through _cdist_forward) for many points.
+    lowered = [] if p == 2 and max(points) > 25 else ["_cdist_forward"]
+    check(lambda a, b: torch.cdist(a, b, p), (x1, x2), lowered)
+    check(lambda a, b: torch.ops.aten._cdist_forward(a, b, p, None), (x1, x2), ["_cdist_forward"])
+    a, b = torch.randn(2, points[0], 4, dtype=torch.float64), torch.randn(2, points[1], 4, dtype=torch.float64)
+    a[0, 1] = b[0, 2]  # a zero distance: its gradient is 0
+    check_grad(lambda u, v: torch.cdist(u, v, p, compute_mode="donot_use_mm_for_euclid_dist"), (a, b),
+               ["_cdist_backward"])
+
+
+@pytest.mark.parametrize("p", [0, 1, 2, 1.5, 3, float("inf")])
+def test_pdist(p):
+    x = torch.randn(6, 3)
+    x[1, 2] = NAN
+    check(lambda t: F.pdist(t, p), (x,), ["_pdist_forward"])
+    check(lambda t: F.pdist(t, p), (torch.randn(1, 3),), [])  # no pairs
+    check_grad(lambda t: F.pdist(t, p), (torch.randn(5, 3, dtype=torch.float64),), ["_pdist_backward"])

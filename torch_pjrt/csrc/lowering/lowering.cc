@@ -193,6 +193,7 @@ const TableData& Data() {
     RegisterElementwiseOps(r);
     RegisterActivationOps(r);
     RegisterLossOps(r);
+    RegisterDistanceOps(r);
     RegisterReductionOps(r);
     RegisterLinalgOps(r);
     RegisterNNOps(r);

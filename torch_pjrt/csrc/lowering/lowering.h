@@ -136,6 +136,7 @@ void RegisterCollectiveOps(Registry& r);
 void RegisterElementwiseOps(Registry& r);
 void RegisterActivationOps(Registry& r);
 void RegisterLossOps(Registry& r);
+void RegisterDistanceOps(Registry& r);
 void RegisterReductionOps(Registry& r);
 void RegisterLinalgOps(Registry& r);
 void RegisterNNOps(Registry& r);
