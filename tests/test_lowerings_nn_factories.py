@@ -214,3 +214,16 @@ def test_pdist(p):
     check(lambda t: F.pdist(t, p), (x,), ["_pdist_forward"])
     check(lambda t: F.pdist(t, p), (torch.randn(1, 3),), [])  # no pairs
     check_grad(lambda t: F.pdist(t, p), (torch.randn(5, 3, dtype=torch.float64),), ["_pdist_backward"])
+
+
+def test_narrow_copy():
+    x = torch.arange(24.0).reshape(4, 6)
+    check(lambda t: torch.narrow_copy(t, 1, -4, 3), (x,), ["narrow_copy"])
+    check(lambda t: torch.narrow_copy(t, 0, 1, 0), (x,), ["narrow_copy"])
+
+
+def test_sgn_gradient_makes_its_zero_tensor_on_the_device():
+    # sgn's backward is torch's _efficientzerotensor, a factory without tensor arguments: it runs
+    # on its device argument instead of failing for want of a pjrt tensor.
+    x = torch.tensor([-2.0, 0.0, 3.0], dtype=torch.float64)
+    check_grad(torch.sgn, (x,), ["_efficientzerotensor"])

@@ -397,7 +397,8 @@ struct NodeBuilder {
 };
 
 // The one pjrt device every tensor argument is on. CPU tensors are accepted only as 0-d scalars,
-// as with CUDA; anything else is torch's device-mismatch error.
+// as with CUDA; anything else is torch's device-mismatch error. A factory without tensor
+// arguments (_efficientzerotensor) runs on its `device` argument.
 int FindDevice(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   int device = -1;
   const at::Tensor* foreign = nullptr;
@@ -415,6 +416,12 @@ int FindDevice(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
     else if (iv.isTensorList()) for (const at::Tensor& t : iv.toTensorList()) visit(t);
     else if (iv.isList()) {
       for (const c10::IValue& e : iv.toListRef()) if (e.isTensor()) visit(e.toTensor());
+    }
+  }
+  if (device < 0) {
+    for (const c10::IValue& iv : args) {
+      if (!iv.isDevice() || iv.toDevice().type() != c10::DeviceType::PrivateUse1) continue;
+      device = iv.toDevice().has_index() ? iv.toDevice().index() : CurrentDevice();
     }
   }
   TORCH_CHECK(device >= 0, "pjrt: ", sig.name, " was dispatched to pjrt without any pjrt tensor");

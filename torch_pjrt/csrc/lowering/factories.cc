@@ -86,6 +86,10 @@ std::vector<Val> LowerEye(LowerCtx& c) {
   return {c.e.Convert(diagonal, out.dtype)};
 }
 
+// _efficientzerotensor(size, *, dtype, ...): autograd's stand-in for a gradient known to be zero
+// (sgn's at 0). A device without the ZeroTensor key materializes zeros, as torch's fallback does.
+std::vector<Val> LowerZeroTensor(LowerCtx& c) { return {c.e.Full(0, c.out())}; }
+
 }  // namespace
 
 void RegisterFactoryOps(Registry& r) {
@@ -94,6 +98,7 @@ void RegisterFactoryOps(Registry& r) {
   r.Add("logspace.out", LowerLogspace);
   r.Add("eye.out", LowerEye);
   r.Add("eye.m_out", LowerEye);
+  r.Add("_efficientzerotensor", LowerZeroTensor);
 }
 
 }  // namespace torch_pjrt::lowering

@@ -370,6 +370,16 @@ std::vector<Val> LowerFlip(LowerCtx& c) {  // flip(self, dims)
   return {c.e.Reverse(x, NormDims(c.int_list(1), x.rank(), false))};
 }
 
+// narrow_copy(self, dim, start, length): the Meta kernel has checked the range; a negative start
+// counts from the end.
+std::vector<Val> LowerNarrowCopy(LowerCtx& c) {
+  Val x = c.tensor(0);
+  int64_t dim = NormDims({c.int_arg(1)}, x.rank())[0];
+  int64_t start = c.int_arg(2), length = c.int_arg(3);
+  if (start < 0) start += x.dims()[dim];
+  return {c.e.SliceDim(x, dim, start, start + length)};
+}
+
 Val RollDim(Emitter& e, const Val& x, int64_t dim, int64_t shift) {
   int64_t n = x.dims()[dim];
   if (n == 0) return x;
@@ -464,6 +474,7 @@ void RegisterIndexingOps(Registry& r) {
   // embedding_dense_backward(grad_output, indices, num_weights, ...)
   r.Add("embedding_dense_backward", LowerEmbeddingBackward).index_checks = {IndexArgSpec{1, -1, -1, 2}};
   r.Add("flip", LowerFlip);
+  r.Add("narrow_copy", LowerNarrowCopy);
   r.Add("roll", LowerRoll);
   r.Add("constant_pad_nd", LowerConstantPad);
   r.Add("repeat", LowerRepeat);
