@@ -227,3 +227,109 @@ def test_sgn_gradient_makes_its_zero_tensor_on_the_device():
     # on its device argument instead of failing for want of a pjrt tensor.
     x = torch.tensor([-2.0, 0.0, 3.0], dtype=torch.float64)
     check_grad(torch.sgn, (x,), ["_efficientzerotensor"])
+
+
+# ------------------------------------------------------------------------------ binary cross entropy
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_binary_cross_entropy(reduction, weighted):
+    x = torch.rand(4, 5)
+    x[0, :3] = torch.tensor([0.0, 1.0, 1e-30])  # log(0) is clamped at -100
+    y = torch.rand(4, 5)
+    y[1, :2] = torch.tensor([0.0, 1.0])
+    w = torch.rand(5) if weighted else None
+    check(lambda a, b: F.binary_cross_entropy(a, b, weight=w if w is None else w.to(a.device), reduction=reduction),
+          (x, y), ["binary_cross_entropy"])
+    x64, y64 = (torch.rand(4, 5, dtype=torch.float64) * 0.9 + 0.05), torch.rand(4, 5, dtype=torch.float64)
+    w64 = None if w is None else w.double()
+    check_grad(lambda a, b: F.binary_cross_entropy(a, b, weight=w64 if w64 is None else w64.to(a.device),
+                                                   reduction=reduction), (x64, y64), ["binary_cross_entropy_backward"])
+
+
+@pytest.mark.parametrize("bad_input,message", [
+    ((1.5, 0.5), "all elements of input should be between 0 and 1"),
+    ((float("nan"), 0.5), "all elements of input should be between 0 and 1"),
+    ((0.5, -0.1), "all elements of target should be between 0 and 1"),
+])
+def test_binary_cross_entropy_range_errors_are_raised_at_the_next_sync(bad_input, message):
+    # CPU raises at once; the device checks inside the graph (no sync per call) and raises the
+    # same RuntimeError where the value is next read. Unrelated values stay usable.
+    x, y = torch.full((3,), 0.25), torch.full((3,), 0.5)
+    x[1], y[2] = bad_input
+    with pytest.raises(RuntimeError, match=message):
+        F.binary_cross_entropy(x, y)
+    loss = F.binary_cross_entropy(x.to("pjrt"), y.to("pjrt"))
+    other = torch.ones(2, device="pjrt") * 3
+    with pytest.raises(RuntimeError, match=message):
+        loss.item()
+    assert other.sum().item() == 6
+    with pytest.raises(RuntimeError, match=message):
+        (loss * 2).cpu()  # computed from the failed op: poisoned
+
+
+# ------------------------------------------------------------------------------ more ops
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int32], ids=str)
+def test_threshold(dtype):
+    x = make((5, 6), dtype)
+    check(lambda t: F.threshold(t, 0.5, -7), (x,), ["threshold"], dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int16, torch.complex64], ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5), (6, 2), (0, 3)])
+def test_trace(shape, dtype):
+    x = make(shape, dtype) if not dtype.is_complex else torch.randn(shape, dtype=dtype)
+    if dtype == torch.float32 and x.numel():
+        x[0, -1] = NAN  # off the diagonal: must not leak into the sum
+    check(torch.trace, (x,), ["trace"], dtype)
+
+
+def test_log_ndtr():
+    x = torch.cat([torch.linspace(-40, 10, 101), torch.tensor([NAN, float("inf"), -float("inf"), 0.0, -1.0])])
+    check(torch.special.log_ndtr, (x,), ["special_log_ndtr"])
+    check(torch.special.log_ndtr, (x.double(),), ["special_log_ndtr"], torch.float64, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dim,size,step", [(0, 3, 1), (1, 2, 2), (1, 3, 4), (-1, 4, 3)])
+def test_unfold_backward(dim, size, step):
+    x = torch.randn(7, 9, dtype=torch.float64)
+    check_grad(lambda t: t.unfold(dim, size, step), (x,), ["unfold_backward"])
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_multi_margin_loss(p, reduction, weighted):
+    x, y = make((5, 4), torch.float32, special=False), torch.tensor([0, 3, 1, 1, 2])
+    x[1, 2] = NAN  # a NaN in another sample's row stays in that row
+    w = torch.rand(4) if weighted else None
+    fn = lambda a, b: F.multi_margin_loss(a, b, p=p, margin=0.7, weight=None if w is None else w.to(a.device),
+                                          reduction=reduction)
+    check(fn, (x, y), ["multi_margin_loss"])
+    x64 = make((5, 4), torch.float64, special=False)
+    w64 = None if w is None else w.double()
+    check_grad(lambda a: F.multi_margin_loss(a, y.to(a.device), p=p, margin=0.7,
+                                             weight=None if w64 is None else w64.to(a.device), reduction=reduction),
+               (x64,), ["multi_margin_loss_backward"])
+    check(lambda a, b: F.multi_margin_loss(a, b), (torch.randn(4), torch.tensor(2)), ["multi_margin_loss"])
+
+
+def test_multi_margin_loss_target_out_of_range_raises_at_the_next_sync():
+    x, y = torch.randn(3, 4, device="pjrt"), torch.tensor([0, 4, 1], device="pjrt")
+    loss = F.multi_margin_loss(x, y)
+    with pytest.raises(IndexError, match="index 4 is out of bounds"):
+        loss.item()
+
+
+def test_zero_dim_multi_margin_loss():
+    check(lambda a, b: F.multi_margin_loss(a, b), (torch.tensor(0.3), torch.tensor(0)), ["multi_margin_loss"])
+
+
+def test_deprecated_cholesky_runs_natively_and_raises_like_cpu():
+    a = torch.randn(3, 3, dtype=torch.float64)
+    spd = a @ a.T + 3 * torch.eye(3, dtype=torch.float64)
+    check(lambda t: torch.cholesky(t), (spd,), ["linalg_cholesky_ex"], torch.float64)
+    check(lambda t: torch.cholesky(t, upper=True), (spd,), ["linalg_cholesky_ex"], torch.float64)
+    with pytest.raises(torch.linalg.LinAlgError, match="leading minor of order 2"):
+        torch.cholesky(torch.tensor([[1.0, 2.0], [2.0, 1.0]], device="pjrt"))

@@ -6,7 +6,12 @@
 // their backward formulas read the same condition from A's strides to know which LU they received.
 // A lowering only sees values, so these kernels make the choice here, like BatchLinearAlgebra.cpp,
 // and run linalg_lu_factor_ex (lowered) and elementwise ops on the result.
+//
+// cholesky (the deprecated op) is what torch's CPU kernel computes, from lowered parts:
+// linalg_cholesky_ex and the error check that reads `info` (a sync, as linalg.cholesky's).
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/_linalg_check_errors.h>
+#include <ATen/ops/linalg_cholesky_ex.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/linalg_lu_factor_ex.h>
@@ -69,6 +74,17 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> LinalgSlogdetOut(
   return {sign, logabsdet, LU, pivots};
 }
 
+at::Tensor Cholesky(const at::Tensor& self, bool upper) {
+  auto [L, info] = at::linalg_cholesky_ex(self, upper, /*check_errors=*/false);
+  at::_linalg_check_errors(info, "cholesky", /*is_matrix=*/self.dim() == 2);
+  return L;
+}
+
+at::Tensor& CholeskyOut(const at::Tensor& self, bool upper, at::Tensor& out) {
+  WriteOut(out, Cholesky(self, upper));
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -76,6 +92,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_linalg_det.result", LinalgDetOut);
   m.impl("_linalg_slogdet", LinalgSlogdet);
   m.impl("_linalg_slogdet.sign", LinalgSlogdetOut);
+  m.impl("cholesky", Cholesky);
+  m.impl("cholesky.out", CholeskyOut);
 }
 
 }  // namespace torch_pjrt::aten

@@ -479,6 +479,7 @@ std::vector<IndexBound> IndexBounds(const OpSignature& sig, const NodeBuilder& b
       } else {
         const at::Tensor& source = args[spec.source].toTensor();
         if (spec.dim_arg >= 0) dim = c10::maybe_wrap_dim(args[spec.dim_arg].toInt(), source.dim());
+        if (spec.last_dim) dim = std::max<int64_t>(source.dim() - 1, 0);
         size = source.dim() == 0 ? 1 : source.size(dim);
       }
       std::string what = "dimension " + std::to_string(dim) + " with size " + std::to_string(size) + " in " +
@@ -582,6 +583,10 @@ class LoweredKernel final : public c10::OperatorKernel {
                              std::move(out_types));
       for (IndexBound& bound : bounds) {
         graph::AddIndexCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, std::move(bound.what));
+      }
+      for (const lowering::UnitIntervalArgSpec& spec : sig.unit_interval_checks) {
+        const Arg& a = b.args[spec.arg];
+        if (a.kind == ArgKind::kTensor) graph::AddUnitIntervalCheck(device, b.inputs[a.payload], values[0], spec.message);
       }
     }
     for (size_t k = 0; k < mutated.size(); ++k) {

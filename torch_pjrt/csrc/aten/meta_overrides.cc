@@ -93,9 +93,10 @@ void ShiftScalarMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   results->push_back(at::empty_like(self, self.options().dtype(t)));
 }
 
-// fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices): torch has
-// no Meta kernel; the gradient has self's shape.
-void FractionalMaxPool3dBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+// Backward ops without a Meta kernel in torch whose gradient has self's shape and dtype (self is
+// argument 1): fractional_max_pool3d_backward(grad_output, self, ...),
+// multi_margin_loss_backward(grad_output, self, target, ...).
+void GradientLikeSelfMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   const at::Tensor& self = a[1].toTensor();
   results->push_back(MetaLike(self, self.sizes()));
 }
@@ -125,7 +126,8 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::_fused_adagrad", &UpdatedListsMeta<4>},
       {"aten::__lshift__.Scalar", &ShiftScalarMeta},
       {"aten::__rshift__.Scalar", &ShiftScalarMeta},
-      {"aten::fractional_max_pool3d_backward", &FractionalMaxPool3dBackwardMeta},
+      {"aten::fractional_max_pool3d_backward", &GradientLikeSelfMeta},
+      {"aten::multi_margin_loss_backward", &GradientLikeSelfMeta},
       {"aten::upsample_bilinear2d", &Upsample2dMeta<&at::upsample_bilinear2d>},
       {"aten::upsample_bicubic2d", &Upsample2dMeta<&at::upsample_bicubic2d>},
       {"aten::_upsample_bilinear2d_aa", &Upsample2dMeta<&at::_upsample_bilinear2d_aa>},

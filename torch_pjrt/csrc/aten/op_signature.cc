@@ -100,6 +100,7 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
   sig.extra_mutations = entry.extra_mutations;
   sig.integer_indices_only = entry.integer_indices_only;
   sig.index_checks = entry.index_checks;
+  sig.unit_interval_checks = entry.unit_interval_checks;
   sig.random = entry.random;
   for (size_t i = 0; i < sig.num_args; ++i) {
     const c10::Argument& a = s.arguments()[i];

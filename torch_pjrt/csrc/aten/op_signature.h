@@ -46,6 +46,7 @@ struct OpSignature {
   bool meta_runs_op = false;                // `op` is an out= op lowered directly (no functional)
   bool integer_indices_only = false;        // boolean index tensors take the CPU path
   std::vector<lowering::IndexArgSpec> index_checks;  // index arguments checked against bounds
+  std::vector<lowering::UnitIntervalArgSpec> unit_interval_checks;  // arguments checked to lie in [0, 1]
   bool random = false;                      // draws from a pjrt Generator (lowering table)
   int generator_arg = -1;                   // the Generator? argument, if the schema has one
 

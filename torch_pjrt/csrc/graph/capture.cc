@@ -139,7 +139,7 @@ std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,
   g->slot_count = r.slot_count;
   for (LazyStorage* t : r.targets) g->result_inputs.push_back(IndexOf(inputs, t));
   g->input_groups = InputGroups(inputs);
-  g->check_whats = r.check_whats;
+  g->check_errors = r.check_errors;
   if (!RelativeDraws(r, rng_seed, rng_begin, rng_end, g.get())) {
     refusal->reason = "a random op in it draws from a generator other than the device's default";
     return nullptr;
@@ -211,7 +211,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   // results computed from what they guard are guarded too.
   PropagateIndexChecks(g.device, read, results);
   // Its own index checks are settled at the next sync point, as for a traced graph.
-  if (!g.check_whats.empty()) ExpectIndexChecks(g.device, results, g.check_whats, g.compiled->check_dependents);
+  if (!g.check_errors.empty()) ExpectIndexChecks(g.device, results, g.check_errors, g.compiled->check_dependents);
   for (size_t r = 0; r < g.result_inputs.size(); ++r) {
     if (g.result_inputs[r] >= 0) inputs[g.result_inputs[r]]->SetBuffer(results[r]);
   }

@@ -41,7 +41,7 @@ struct CapturedGraph {
   std::vector<int> result_inputs;      // per result: the input it overwrites, or -1
   std::vector<OutputSource> outputs;
   std::vector<int> input_groups;  // per input: the first input sharing its storage
-  std::vector<std::string> check_whats;
+  std::vector<CheckError> check_errors;
   int64_t traced_ops = 0;  // op nodes the first call traced (what each replay saves)
 };
 

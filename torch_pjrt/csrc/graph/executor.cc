@@ -554,9 +554,9 @@ void Publish(int device, const DeviceTrace& trace, const PendingGraph& g, const 
              std::vector<std::shared_ptr<runtime::Buffer>> results) {
   for (size_t i = 0; i < g.donations.size(); ++i) Metrics::Increment(Counter::kDonatedBuffers);
   if (g.has_checks) {
-    std::vector<std::string> whats;
-    for (const IndexCheck& c : trace.checks) whats.push_back(c.what);
-    ExpectIndexChecks(device, results, std::move(whats), compiled.check_dependents);
+    std::vector<CheckError> errors;
+    for (const IndexCheck& c : trace.checks) errors.push_back(c.error);
+    ExpectIndexChecks(device, results, std::move(errors), compiled.check_dependents);
   }
   for (size_t i = 0; i < g.targets.size(); ++i) g.targets[i]->SetBuffer(std::move(results[i]));
 }
@@ -570,7 +570,7 @@ void Describe(const DeviceTrace& trace, const PendingGraph& g, std::shared_ptr<C
   record->slot_count = trace.slot_count;
   record->draws = trace.draws;
   record->targets = g.targets;
-  for (const IndexCheck& c : trace.checks) record->check_whats.push_back(c.what);
+  for (const IndexCheck& c : trace.checks) record->check_errors.push_back(c.error);
 }
 
 // Compiles (or finds) and launches the graph computing `g`.

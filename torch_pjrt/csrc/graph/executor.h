@@ -38,7 +38,7 @@ struct LaunchRecord {
   std::array<int32_t, kNumElementTypes> slot_count{};
   std::vector<RandomDraw> draws;
   std::vector<LazyStorage*> targets;  // written storages, in result order (valid until unlocked)
-  std::vector<std::string> check_whats;  // messages of the index checks (last result packs them)
+  std::vector<CheckError> check_errors;  // what the index checks raise (last result packs them)
 };
 
 // The packed value scalars as device arrays, one per dtype that has any: a program's last

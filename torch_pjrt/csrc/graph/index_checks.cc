@@ -12,7 +12,7 @@ namespace {
 struct LaunchedChecks {
   int device;
   std::shared_ptr<runtime::Buffer> results;  // s64[N, 2]
-  std::vector<std::string> whats;
+  std::vector<CheckError> errors;
   std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents;
 };
 
@@ -70,7 +70,13 @@ class CheckReach {
 }  // namespace
 
 void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what) {
-  Trace(device).checks.push_back(IndexCheck{std::move(indices), std::move(consumer), lo, hi, std::move(what)});
+  Trace(device).checks.push_back(
+      IndexCheck{std::move(indices), std::move(consumer), lo, hi, false, CheckError{ErrorKind::kIndex, std::move(what)}});
+}
+
+void AddUnitIntervalCheck(int device, Value values, Value consumer, std::string message) {
+  Trace(device).checks.push_back(
+      IndexCheck{std::move(values), std::move(consumer), 0, 1, true, CheckError{ErrorKind::kRuntime, std::move(message)}});
 }
 
 Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks) {
@@ -85,6 +91,7 @@ Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks) {
     inputs.push_back(c.consumer);
     bounds.push_back(c.lo);
     bounds.push_back(c.hi);
+    bounds.push_back(c.unit_interval ? 1 : 0);
   }
   args.push_back(Arg{ArgKind::kIntList, 0, static_cast<uint32_t>(bounds.size()), 0});
   TensorType t{ElementType::kS64, {static_cast<int64_t>(checks.size()), 2}};
@@ -105,13 +112,13 @@ std::vector<std::vector<int>> CheckDependents(const std::vector<IndexCheck>& che
 }
 
 void ExpectIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& results,
-                       std::vector<std::string> whats, const std::vector<std::vector<int>>& dependent_results) {
+                       std::vector<CheckError> errors, const std::vector<std::vector<int>>& dependent_results) {
   std::vector<std::vector<std::shared_ptr<runtime::Buffer>>> dependents;
   for (const std::vector<int>& positions : dependent_results) {
     dependents.emplace_back();
     for (int o : positions) dependents.back().push_back(results[o]);
   }
-  Launched().push_back(LaunchedChecks{device, results.back(), std::move(whats), std::move(dependents)});
+  Launched().push_back(LaunchedChecks{device, results.back(), std::move(errors), std::move(dependents)});
 }
 
 void PropagateIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& read,
@@ -138,16 +145,19 @@ DeferredErrorPtr ResolveIndexChecks(int device) {
     }
     LaunchedChecks done = std::move(*it);
     it = launched.erase(it);
-    std::vector<int64_t> rows(done.whats.size() * 2);
+    std::vector<int64_t> rows(done.errors.size() * 2);
     try {
       done.results->ToHost(rows.data(), rows.size() * sizeof(int64_t));  // waits for the graph
     } catch (const std::exception&) {
       continue;  // the execution failed: reading its outputs reports that error
     }
-    for (size_t k = 0; k < done.whats.size(); ++k) {
+    for (size_t k = 0; k < done.errors.size(); ++k) {
       if (rows[2 * k] != 0) continue;
-      auto error = MakeDeferredError(ErrorKind::kIndex, "index " + std::to_string(rows[2 * k + 1]) +
-                                                            " is out of bounds for " + done.whats[k]);
+      const CheckError& e = done.errors[k];
+      auto error = e.kind == ErrorKind::kIndex
+                       ? MakeDeferredError(ErrorKind::kIndex, "index " + std::to_string(rows[2 * k + 1]) +
+                                                                  " is out of bounds for " + e.text)
+                       : MakeDeferredError(e.kind, e.text);
       for (const auto& buffer : done.dependents[k]) {
         if (!buffer->poison()) buffer->Poison(error);
       }

@@ -1,4 +1,5 @@
-// Bounds checks of index tensors without a sync per op (design: "Index bounds"). An indexing op
+// Bounds checks of index tensors (and [0, 1] checks of values) without a sync per op (design:
+// "Index bounds"). An indexing op
 // records its indices and bounds in the trace; the sync computes every check of the graph as one
 // extra output; the next sync point reads it (by then the graph has run) and, if an index was out
 // of range, poisons the buffers computed from that op and raises an IndexError naming the op and
@@ -17,6 +18,9 @@ namespace torch_pjrt::graph {
 // Records that `indices`, read by the op that produced `consumer`, must lie in [lo, hi).
 // `what` describes the bound for the error message. Caller holds the graph lock.
 void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what);
+// Records that `values`, read by the op that produced `consumer`, must lie in [0, 1]; else the
+// next sync point raises RuntimeError(message). Caller holds the graph lock.
+void AddUnitIntervalCheck(int device, Value values, Value consumer, std::string message);
 
 // The node computing every check of `trace`: s64[N, 2] rows (in range, an offending index).
 Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks);
@@ -28,7 +32,7 @@ std::vector<std::vector<int>> CheckDependents(const std::vector<IndexCheck>& che
 // After a graph with checks was launched: its results (the last one packs the checks) and, per
 // check, the message and the positions of the results to poison if it fails (CheckDependents).
 void ExpectIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& results,
-                       std::vector<std::string> whats, const std::vector<std::vector<int>>& dependent_results);
+                       std::vector<CheckError> errors, const std::vector<std::vector<int>>& dependent_results);
 
 // Without waiting for earlier checks: a launch that read any buffer a pending check guards
 // (`read`) makes its results (`written`) guarded by that check too, so a failure found later

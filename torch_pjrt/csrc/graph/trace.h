@@ -44,13 +44,22 @@ void RunOutsideGraphLock(std::function<void()> fn);
 
 constexpr size_t kNumElementTypes = static_cast<size_t>(ElementType::kNumTypes);
 
-// An index tensor read by an op of this trace, to be checked against [lo, hi) when the graph
-// runs (design: "Index bounds").
+// What a failed check raises: an index check IndexError("index <i> is out of bounds for
+// <text>"), a value check RuntimeError(<text>) as torch's CPU kernel words it.
+struct CheckError {
+  ErrorKind kind = ErrorKind::kIndex;
+  std::string text;  // "dimension 0 with size 5 in aten::index_select, traced at f.py:3 in g"
+};
+
+// A tensor read by an op of this trace whose values are checked when the graph runs (design:
+// "Index bounds"): an index tensor against [lo, hi), or (unit_interval) values that must lie in
+// [0, 1], NaN failing, like binary_cross_entropy's inputs.
 struct IndexCheck {
-  Value indices;   // the index values
-  Value consumer;  // an output of the op that used them: what an out-of-range index spoils
+  Value indices;   // the checked values
+  Value consumer;  // an output of the op that used them: what a failed check spoils
   int64_t lo = 0, hi = 0;
-  std::string what;  // "dimension 0 with size 5 in aten::index_select, traced at f.py:3 in g"
+  bool unit_interval = false;
+  CheckError error;
 };
 
 // A random op's (seed, offset) value scalars: positions in the trace's u64 slot group. A capture

@@ -1,5 +1,5 @@
-// Activations beyond the basic ones of elementwise.cc, with their backward ops: the shrink
-// functions, log-sigmoid, GLU and PReLU. Formulas and evaluation order follow torch's CPU kernels
+// Activations beyond the basic ones of elementwise.cc, with their backward ops: threshold, the
+// shrink functions, log-sigmoid, GLU and PReLU. Formulas and evaluation order follow torch's CPU kernels
 // (aten/src/ATen/native/cpu/Activation.cpp), computed in the op-math type.
 #include "lowering/lowering.h"
 #include "lowering/pointwise_util.h"
@@ -116,9 +116,17 @@ std::vector<Val> LowerPreluKernelBackward(LowerCtx& c) {
   return {Done(c, grad_self, 0), Done(c, SumTo(e, grad_weight, c.out(1).dims, t), 1)};
 }
 
+// threshold(self, threshold, value): value where x <= threshold, else x (NaN stays).
+std::vector<Val> LowerThreshold(LowerCtx& c) {
+  ElementType t = Compute(c);
+  Val x = In(c, 0, t);
+  return {Done(c, Sel(c.e, Cmp(c.e, "LE", x, In(c, 1, t)), In(c, 2, t), x))};
+}
+
 }  // namespace
 
 void RegisterActivationOps(Registry& r) {
+  r.Add("threshold", LowerThreshold);
   r.Add("hardshrink", LowerHardshrink);
   r.Add("hardshrink_backward", LowerShrinkBackward);
   r.Add("softshrink", LowerSoftshrink);

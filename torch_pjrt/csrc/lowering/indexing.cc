@@ -380,6 +380,38 @@ std::vector<Val> LowerNarrowCopy(LowerCtx& c) {
   return {c.e.SliceDim(x, dim, start, start + length)};
 }
 
+// unfold_backward(grad_in, input_sizes, dim, size, step): the gradient of x.unfold(dim, size,
+// step). Element k of every window goes back to position w * step + k: for each k, the windows'
+// k-th elements padded into place (interior padding step - 1), summed over k.
+std::vector<Val> LowerUnfoldBackward(LowerCtx& c) {
+  Emitter& e = c.e;
+  const TensorType& out = c.out();
+  ElementType acc = Opmath(out.dtype);
+  Val g = e.Convert(c.tensor(0), acc);
+  int64_t rank = static_cast<int64_t>(out.dims.size());
+  int64_t dim = rank == 0 ? 0 : NormDims({c.int_arg(2)}, rank)[0];
+  int64_t size = c.int_arg(3), step = c.int_arg(4);
+  int64_t windows = rank == 0 ? 1 : g.dims()[dim];
+  Val sum = e.Full(0, TensorType{acc, out.dims});
+  if (windows == 0 || rank == 0) {
+    if (rank == 0) sum = e.Reshape(g, {});  // unfold of a 0-d tensor is [x]
+    return {e.Convert(sum, out.dtype)};
+  }
+  int64_t length = out.dims[dim];
+  Val zero = e.Scalar(0, acc);
+  Dims window_dims;  // grad_in without its trailing window dim
+  for (int64_t i = 0; i < rank; ++i) window_dims.push_back(g.dims()[i]);
+  for (int64_t k = 0; k < size; ++k) {
+    Val piece = e.Reshape(e.SliceDim(g, rank, k, k + 1), window_dims);
+    Dims lo(rank, 0), hi(rank, 0), interior(rank, 0);
+    lo[dim] = k;
+    interior[dim] = step - 1;
+    hi[dim] = length - (k + (windows - 1) * step + 1);
+    sum = e.Binary("add", sum, e.Pad(piece, zero, lo, hi, interior));
+  }
+  return {e.Convert(sum, out.dtype)};
+}
+
 Val RollDim(Emitter& e, const Val& x, int64_t dim, int64_t shift) {
   int64_t n = x.dims()[dim];
   if (n == 0) return x;
@@ -475,6 +507,7 @@ void RegisterIndexingOps(Registry& r) {
   r.Add("embedding_dense_backward", LowerEmbeddingBackward).index_checks = {IndexArgSpec{1, -1, -1, 2}};
   r.Add("flip", LowerFlip);
   r.Add("narrow_copy", LowerNarrowCopy);
+  r.Add("unfold_backward", LowerUnfoldBackward);
   r.Add("roll", LowerRoll);
   r.Add("constant_pad_nd", LowerConstantPad);
   r.Add("repeat", LowerRepeat);

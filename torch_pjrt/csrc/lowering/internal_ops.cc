@@ -307,23 +307,39 @@ std::vector<Val> LowerNeg(LowerCtx& c) { return {c.e.Unary("negate", c.tensor(0)
 
 }  // namespace
 
-// index_checks(idx_0, consumer_0, idx_1, consumer_1, ..., bounds=[lo_0, hi_0, lo_1, hi_1, ...])
-// -> s64[N, 2]: per check (1 if every index is in [lo, hi) else 0, an offending index). The
-// consumers are inputs only so that the graph's identity covers which op each check guards.
+// One row of a unit-interval check: (1 if every value is in [0, 1] else 0, 0); NaN fails.
+Val UnitIntervalRow(Emitter& e, const Val& values) {
+  Val v = e.Convert(values, ElementType::kF64);
+  v = e.Reshape(v, {v.numel()});
+  Val inside = e.Binary("and", e.Compare("GE", v, e.Full(0, v.type)), e.Compare("LE", v, e.Full(1, v.type)));
+  Val ok = e.Convert(e.Reduce(inside, e.Scalar(1, ElementType::kBool), {0}, "and"), ElementType::kS64);
+  return e.Concatenate({e.Reshape(ok, {1, 1}), e.Full(0, TensorType{ElementType::kS64, {1, 1}})}, 1);
+}
+
+// index_checks(idx_0, consumer_0, idx_1, consumer_1, ...,
+//              checks=[lo_0, hi_0, unit_interval_0, lo_1, ...])
+// -> s64[N, 2]: per check (1 if every index is in [lo, hi) else 0, an offending index), or for a
+// unit-interval check (1 if every value is in [0, 1] else 0, 0). The consumers are inputs only
+// so that the graph's identity covers which op each check guards.
 std::vector<Val> LowerIndexChecks(LowerCtx& c) {
-  Dims bounds = c.int_list(c.num_args() - 1);
-  size_t n = bounds.size() / 2;
+  Dims specs = c.int_list(c.num_args() - 1);
+  size_t n = specs.size() / 3;
   std::vector<Val> rows;
   for (size_t k = 0; k < n; ++k) {
+    if (specs[3 * k + 2] != 0) {
+      rows.push_back(UnitIntervalRow(c.e, c.tensor(2 * k)));
+      continue;
+    }
+    Dims bounds{specs[3 * k], specs[3 * k + 1]};
     Val idx = c.e.Convert(c.tensor(2 * k), ElementType::kS64);
     idx = c.e.Reshape(idx, {idx.numel()});
-    Val lo = c.e.Full(static_cast<double>(bounds[2 * k]), idx.type);
-    Val hi = c.e.Full(static_cast<double>(bounds[2 * k + 1]), idx.type);
+    Val lo = c.e.Full(static_cast<double>(bounds[0]), idx.type);
+    Val hi = c.e.Full(static_cast<double>(bounds[1]), idx.type);
     Val inside = c.e.Binary("and", c.e.Compare("GE", idx, lo), c.e.Compare("LT", idx, hi));
     Val ok = c.e.Reduce(inside, c.e.Scalar(1, ElementType::kBool), {0}, "and");
     Val largest = c.e.Reduce(idx, c.e.Scalar(LowestValue(ElementType::kS64), ElementType::kS64), {0}, "maximum");
     Val smallest = c.e.Reduce(idx, c.e.Scalar(HighestValue(ElementType::kS64), ElementType::kS64), {0}, "minimum");
-    Val too_large = c.e.Compare("GE", largest, c.e.Scalar(static_cast<double>(bounds[2 * k + 1]), ElementType::kS64));
+    Val too_large = c.e.Compare("GE", largest, c.e.Scalar(static_cast<double>(bounds[1]), ElementType::kS64));
     Val offending = c.e.Select(too_large, largest, smallest);
     Val row = c.e.Concatenate({c.e.Reshape(c.e.Convert(ok, ElementType::kS64), {1, 1}), c.e.Reshape(offending, {1, 1})}, 1);
     rows.push_back(row);

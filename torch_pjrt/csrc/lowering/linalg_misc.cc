@@ -1,5 +1,5 @@
 // Other linear algebra: linalg_matrix_exp (scaling and squaring with a Pade approximant),
-// linalg_cross, vdot.
+// linalg_cross, vdot, trace.
 #include <cmath>
 
 #include "lowering/algebra.h"
@@ -107,12 +107,26 @@ std::vector<Val> LowerVdot(LowerCtx& c) {
   return {e.Convert(e.DotGeneral(a, b, {}, {}, {0}, {0}, Opmath(t)), t)};
 }
 
+// trace(self): the sum of the main diagonal of a matrix, accumulated like sum (integers in
+// int64). Off-diagonal NaNs must not leak in, so the diagonal is selected, not masked by a product.
+std::vector<Val> LowerTrace(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = c.out().dtype;
+  ElementType acc = IsFloating(t) || IsComplex(t) ? Opmath(t) : t;
+  Val x = ConvertTo(e, c.tensor(0), acc);
+  TensorType positions{ElementType::kS64, x.dims()};
+  Val on_diagonal = e.Compare("EQ", e.Iota(positions, 0), e.Iota(positions, 1));
+  Val diagonal = e.Select(on_diagonal, x, e.Full(0, x.type));
+  return {e.Convert(SumDims(e, diagonal, {0, 1}, acc), t)};
+}
+
 }  // namespace
 
 void RegisterLinalgMiscOps(Registry& r) {
   r.Add("linalg_matrix_exp", LowerMatrixExp);
   r.Add("linalg_cross", LowerCross);
   r.Add("vdot", LowerVdot);
+  r.Add("trace", LowerTrace);
 }
 
 }  // namespace torch_pjrt::lowering

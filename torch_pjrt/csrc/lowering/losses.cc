@@ -1,4 +1,4 @@
-// Pointwise regression losses with their backward ops: smooth L1, Huber. Formulas follow torch's
+// Losses with their backward ops: binary cross entropy, multi-class margin, smooth L1, Huber. Formulas follow torch's
 // CPU kernels (aten/src/ATen/native/cpu/PointwiseOpsKernel.cpp), computed in the op-math type;
 // the reduction is torch's apply_loss_reduction (mean of nothing is NaN).
 #include "lowering/lowering.h"
@@ -41,6 +41,95 @@ Dims BroadcastDims(LowerCtx& c, size_t a, size_t b) {
     if (x[lead + i] == 1) x[lead + i] = y[i];
   }
   return x;
+}
+
+// binary_cross_entropy(self, target, weight=None, reduction=1):
+// (t - 1) max(log1p(-x), -100) - t max(log x, -100), times the weight. torch's CPU kernel raises
+// for values outside [0, 1]; here the table's unit_interval_checks do (at the next sync point).
+std::vector<Val> LowerBinaryCrossEntropy(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = Opmath(c.out().dtype);
+  Dims dims = c.tensor(0).dims();
+  Val x = ArgAt(c, 0, t, dims), y = ArgAt(c, 1, t, dims);
+  Val floor = K(e, -100, x);
+  Val loss = Sub(e, Mul(e, Sub(e, y, K(e, 1, y)), Max(e, Log1p(e, Neg(e, x)), floor)),
+                 Mul(e, y, Max(e, Log(e, x), floor)));
+  if (c.is_tensor(2)) loss = Mul(e, loss, ArgAt(c, 2, t, dims));
+  return {ApplyReduction(c, loss, c.int_arg(3, kMean))};
+}
+
+// binary_cross_entropy_backward(grad_output, self, target, weight=None, reduction=1):
+// g (x - t) / max((1 - x) x, 1e-12), times the weight, over numel for a mean.
+std::vector<Val> LowerBinaryCrossEntropyBackward(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = Opmath(c.out().dtype);
+  Dims dims = c.out().dims;
+  Val g = ArgAt(c, 0, t, dims), x = ArgAt(c, 1, t, dims), y = ArgAt(c, 2, t, dims);
+  Val denominator = Max(e, Mul(e, Sub(e, K(e, 1, x), x), x), K(e, 1e-12, x));
+  Val grad = Div(e, Mul(e, g, Sub(e, x, y)), denominator);
+  if (c.is_tensor(3)) grad = Mul(e, grad, ArgAt(c, 3, t, dims));
+  if (c.int_arg(4, kMean) == kMean) grad = Div(e, grad, K(e, static_cast<double>(std::max<int64_t>(x.numel(), 1)), grad));
+  return {Done(c, grad)};
+}
+
+// The pieces of a multi-class margin loss over self [N, C] (or [C], or 0-d) and class indices
+// target [N]:
+// the target class as a one-hot mask, the target's score and weight per sample, and the margin
+// terms z = margin - x[target] + x[d] with where they count (z > 0, d != target).
+struct MarginTerms {
+  Val x, onehot, z, active, target_weight;  // [N, C]
+  int64_t classes;
+};
+MarginTerms Margins(LowerCtx& c, size_t self_i, size_t target_i, size_t margin_i, size_t weight_i, ElementType t) {
+  Emitter& e = c.e;
+  Val x = e.Convert(c.tensor(self_i), t);
+  if (x.rank() <= 1) x = e.Reshape(x, {1, x.numel()});  // one sample ([C] or a 0-d score)
+  int64_t n = x.dims()[0], classes = x.dims()[1];
+  Val target = e.Reshape(e.Convert(c.tensor(target_i), ElementType::kS64), {n});
+  TensorType grid{ElementType::kS64, x.dims()};
+  Val onehot = Cmp(e, "EQ", e.Iota(grid, 1), e.BroadcastInDim(target, x.dims(), {0}));
+  auto row_pick = [&](const Val& v) {  // v [N, C] -> v[i, target_i] broadcast over C, NaN-safe
+    Val picked = SumDims(e, Sel(e, onehot, v, K(e, 0, v)), {1}, t);
+    return e.BroadcastInDim(picked, x.dims(), {0});
+  };
+  Val z = Add(e, Sub(e, e.BroadcastTo(c.scalar(margin_i, t), x.dims()), row_pick(x)), x);
+  Val active = And(e, Cmp(e, "GT", z, K(e, 0, z)), Not(e, onehot));
+  Val w = K(e, 1, x);
+  if (c.is_tensor(weight_i)) w = row_pick(e.BroadcastInDim(e.Convert(c.tensor(weight_i), t), x.dims(), {1}));
+  return {x, onehot, z, active, w, classes};
+}
+
+// multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1): per sample
+// sum over d != target of max(0, margin - x[target] + x[d])^p * weight[target], over C.
+std::vector<Val> LowerMultiMarginLoss(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = Opmath(c.out().dtype);
+  MarginTerms m = Margins(c, 0, 1, 3, 4, t);
+  Val h = c.scalar_constant(2) == 1 ? m.z : Mul(e, m.z, m.z);
+  h = Mul(e, Sel(e, m.active, h, K(e, 0, h)), m.target_weight);
+  Val per_sample = Div(e, SumDims(e, h, {1}, t), e.Full(static_cast<double>(m.classes), TensorType{t, {h.dims()[0]}}));
+  int64_t reduction = c.int_arg(5, kMean);
+  if (reduction == kNone) return {Done(c, e.Reshape(per_sample, c.out().dims))};
+  return {ApplyReduction(c, per_sample, reduction)};
+}
+
+// multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction): g = 1/C
+// (1/(N C) for a mean); each counting term gives x[d] +h and x[target] -h, h = g (p = 1) or
+// 2 g z, times weight[target] and the incoming gradient.
+std::vector<Val> LowerMultiMarginLossBackward(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = Opmath(c.out().dtype);
+  MarginTerms m = Margins(c, 1, 2, 4, 5, t);
+  int64_t n = m.x.dims()[0], reduction = c.int_arg(6, kMean);
+  double g = 1.0 / static_cast<double>(m.classes * (reduction == kMean ? n : 1));
+  Val h = c.scalar_constant(3) == 1 ? K(e, g, m.z) : Mul(e, K(e, 2 * g, m.z), m.z);
+  h = Mul(e, Sel(e, m.active, h, K(e, 0, h)), m.target_weight);
+  Val to_target = e.BroadcastInDim(SumDims(e, h, {1}, t), m.x.dims(), {0});
+  Val grad = Sub(e, h, Sel(e, m.onehot, to_target, K(e, 0, h)));
+  Val incoming = e.Convert(c.tensor(0), t);
+  incoming = reduction == kNone ? e.BroadcastInDim(e.Reshape(incoming, {n}), m.x.dims(), {0})
+                                : e.BroadcastTo(e.Reshape(incoming, {}), m.x.dims());
+  return {Done(c, e.Reshape(Mul(e, grad, incoming), c.out().dims))};
 }
 
 // smooth_l1_loss(self, target, reduction=1, beta=1.0): 0.5 z^2 / beta below beta, z - beta / 2
@@ -105,6 +194,20 @@ std::vector<Val> LowerHuberLossBackward(LowerCtx& c) {
 }  // namespace
 
 void RegisterLossOps(Registry& r) {
+  r.Add("binary_cross_entropy", LowerBinaryCrossEntropy).unit_interval_checks = {
+      {0, "all elements of input should be between 0 and 1"},
+      {1, "all elements of target should be between 0 and 1"}};
+  r.Add("binary_cross_entropy_backward", LowerBinaryCrossEntropyBackward);
+  // The target holds class indices: checked against the number of classes (self's last dim).
+  IndexArgSpec classes{1, 0, -1, -1, false, true};
+  // p chooses the formula (1 or 2, torch's check): structural.
+  OpLowering& margin = r.Add("multi_margin_loss", LowerMultiMarginLoss);
+  margin.index_checks = {classes};
+  margin.structural_scalars = {2};
+  IndexArgSpec backward_classes{2, 1, -1, -1, false, true};
+  OpLowering& margin_backward = r.Add("multi_margin_loss_backward", LowerMultiMarginLossBackward);
+  margin_backward.index_checks = {backward_classes};
+  margin_backward.structural_scalars = {3};
   r.Add("smooth_l1_loss", LowerSmoothL1Loss);
   r.Add("smooth_l1_loss_backward", LowerSmoothL1LossBackward);
   r.Add("huber_loss", LowerHuberLoss);

@@ -80,6 +80,14 @@ struct IndexArgSpec {
   int dim_arg = -1;         // int argument naming that dimension (-1: the list position)
   int size_arg = -1;        // int argument giving the bound instead (num_weights)
   bool negative_wraps = false;  // -size <= i < 0 counts from the end (advanced indexing)
+  bool last_dim = false;        // the bound is the source's last dimension (class indices)
+};
+
+// A tensor argument whose values must lie in [0, 1] (binary_cross_entropy's input and target):
+// checked when the graph runs; a failure raises RuntimeError(message) at the next sync point.
+struct UnitIntervalArgSpec {
+  int arg;
+  std::string message;
 };
 
 struct OpLowering {
@@ -100,6 +108,8 @@ struct OpLowering {
   bool integer_indices_only = false;
   // Index arguments checked against their bounds.
   std::vector<IndexArgSpec> index_checks;
+  // Arguments checked to lie in [0, 1].
+  std::vector<UnitIntervalArgSpec> unit_interval_checks;
   // The op draws random numbers: the ATen layer appends one argument, the generator's (seed,
   // offset) as value scalars (LowerCtx::rng_state), and advances the generator.
   bool random = false;

@@ -348,6 +348,16 @@ std::vector<Val> LowerErfcx(LowerCtx& c) {
   CheckFloatOrDouble(c.out().dtype, "special_erfcx");
   return {Done(c, ErfcxF64(c.e, c.tensor(0)))};
 }
+// log_ndtr(x) = log(normal CDF), as torch: log(erfcx(-t) / 2) - t^2 below -1 (t = x / sqrt 2),
+// where the CDF underflows, else log1p(-erfc(t) / 2). In double.
+std::vector<Val> LowerLogNdtr(LowerCtx& c) {
+  Emitter& e = c.e;
+  Val x = In(c, 0, ElementType::kF64);
+  Val t = Mul(e, x, K(e, 0.70710678118654752440, x));
+  Val tail = Sub(e, Log(e, Div(e, ErfcxF64(e, Neg(e, t)), K(e, 2, t))), Mul(e, t, t));
+  Val body = Log1p(e, Neg(e, Div(e, Chlo(e, "erfc", t), K(e, 2, t))));
+  return {Done(c, Sel(e, Cmp(e, "LT", x, K(e, -1, x)), tail, body))};
+}
 std::vector<Val> LowerErfc(LowerCtx& c) { return {Done(c, Chlo(c.e, "erfc", In(c, 0, Compute(c))))}; }
 
 // ndtri (Cephes): the inverse of the standard normal CDF.
@@ -636,6 +646,7 @@ void RegisterSpecialOps(Registry& r) {
   r.Add("bitwise_right_shift.Tensor", LowerRshift);
   r.Add("erfc", LowerErfc);
   r.Add("special_erfcx", LowerErfcx);
+  r.Add("special_log_ndtr", LowerLogNdtr);
   r.Add("special_ndtri", LowerNdtri);
   r.Add("special_entr", LowerEntr);
   r.Add("special_zeta", LowerZeta);
