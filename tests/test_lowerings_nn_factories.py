@@ -333,3 +333,25 @@ def test_deprecated_cholesky_runs_natively_and_raises_like_cpu():
     check(lambda t: torch.cholesky(t, upper=True), (spd,), ["linalg_cholesky_ex"], torch.float64)
     with pytest.raises(torch.linalg.LinAlgError, match="leading minor of order 2"):
         torch.cholesky(torch.tensor([[1.0, 2.0], [2.0, 1.0]], device="pjrt"))
+
+
+# ------------------------------------------------------------------------------ orthogonal polynomials
+
+POLYNOMIALS = ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+               "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+               "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w", "hermite_polynomial_h",
+               "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name", POLYNOMIALS)
+def test_orthogonal_polynomials(name, dtype):
+    # Every branch of torch's kernels: the ends (+-1, 0), |y| < 1 above the closed-form degree,
+    # the recurrence (|x| > 1 overflows to NaN and stops), n < 0, fractional, huge and NaN degrees,
+    # and the degree limit of the Hermite polynomials.
+    xs = torch.tensor([-1.0, 1.0, 0.0, 0.5, -0.3, 0.999, 1.5, -2.0, 7.0, NAN, 1e-20], dtype=dtype)
+    ns = torch.tensor([-1.0, 0.0, 1.0, 2.0, 3.7, 5.0, 7.0, 9.0, 12.0, 40.0, 600.0, 1e30, NAN, float("inf")], dtype=dtype)
+    x, n = xs[:, None].expand(-1, len(ns)), ns[None, :].expand(len(xs), -1)
+    fn = getattr(torch.special, name)
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-12)
+    check(fn, (x, n), ["special_" + name], dtype, **tol)

@@ -214,6 +214,7 @@ const TableData& Data() {
     RegisterScanOps(r);
     RegisterScatterReduceOps(r);
     RegisterSpecialOps(r);
+    RegisterPolynomialOps(r);
     RegisterComplexOps(r);  // after the ops it wraps
     RegisterForeachOps(r);  // last: it pairs with ops registered before it
     auto* d = new TableData();

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,13 @@ inline Val In(LowerCtx& c, size_t i, ElementType t) { return ArgAt(c, i, t, c.ou
 inline Val KOut(LowerCtx& c, double v, ElementType t) { return c.e.Full(v, TensorType{t, c.out().dims}); }
 inline Val Done(LowerCtx& c, const Val& v, size_t out = 0) { return c.e.Convert(v, c.out(out).dtype); }
 inline ElementType Compute(LowerCtx& c, size_t out = 0) { return Opmath(c.out(out).dtype); }
+
+// Kernels that dispatch on float and double only (no half types) on CPU: the same error.
+inline void CheckFloatOrDouble(ElementType t, const char* op) {
+  if (t != ElementType::kF32 && t != ElementType::kF64) {
+    throw std::invalid_argument(std::string("\"") + op + "_cpu\" not implemented for this dtype (float and double only)");
+  }
+}
 
 // Same-width signed integer type of a float type (for bit manipulation).
 inline ElementType BitsType(ElementType t) {

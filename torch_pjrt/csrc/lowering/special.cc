@@ -27,13 +27,6 @@ void CheckFloating(ElementType t, const char* op) {
   }
 }
 
-// Kernels that dispatch on float and double only (no half types) on CPU.
-void CheckFloatOrDouble(ElementType t, const char* op) {
-  if (t != ElementType::kF32 && t != ElementType::kF64) {
-    throw std::invalid_argument(std::string("\"") + op + "_cpu\" not implemented for this dtype (float and double only)");
-  }
-}
-
 // ------------------------------------------------------------ predicates and bits
 
 std::vector<Val> LowerSignbit(LowerCtx& c) { return {SignBit(c.e, c.tensor(0))}; }
