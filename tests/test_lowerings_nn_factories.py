@@ -355,3 +355,21 @@ def test_orthogonal_polynomials(name, dtype):
     fn = getattr(torch.special, name)
     tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-12)
     check(fn, (x, n), ["special_" + name], dtype, **tol)
+
+
+# ------------------------------------------------------------------------------ Bessel functions
+
+BESSEL = ["bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_i0", "modified_bessel_i1",
+          "modified_bessel_k0", "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1",
+          "spherical_bessel_j0"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name", BESSEL)
+def test_bessel_functions(name, dtype):
+    # Both sides of every branch point (1e-5, 0.5, 2, 5, 8), negatives, zero, NaN and infinities.
+    x = torch.cat([torch.linspace(-30, 60, 181, dtype=torch.float64),
+                   torch.tensor([0.0, -0.0, 1e-6, 1e-5, 0.4999, 0.5, 1.9999, 2.0, 2.0001, 4.9999, 5.0, 5.0001,
+                                 7.9999, 8.0, 8.0001, 700.0, NAN, float("inf"), -float("inf")], dtype=torch.float64)])
+    tol = dict(rtol=2e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-13)
+    check(getattr(torch.special, name), (x.to(dtype),), ["special_" + name], dtype, **tol)

@@ -215,6 +215,7 @@ const TableData& Data() {
     RegisterScatterReduceOps(r);
     RegisterSpecialOps(r);
     RegisterPolynomialOps(r);
+    RegisterBesselOps(r);
     RegisterComplexOps(r);  // after the ops it wraps
     RegisterForeachOps(r);  // last: it pairs with ops registered before it
     auto* d = new TableData();

@@ -168,6 +168,7 @@ void RegisterScanOps(Registry& r);
 void RegisterScatterReduceOps(Registry& r);
 void RegisterSpecialOps(Registry& r);
 void RegisterPolynomialOps(Registry& r);
+void RegisterBesselOps(Registry& r);
 void RegisterComplexOps(Registry& r);  // after the others: it wraps some of their entries
 void RegisterForeachOps(Registry& r);  // called last: it pairs with ops registered before it
 
