@@ -513,11 +513,18 @@ def test_take_and_put(dtype):
     check(lambda t, i, s: t.put_(i, s, accumulate=True), [x, idx, src], "put",
           dtype != torch.bfloat16, dtype)
     check(lambda t, i: torch.take(t, i), [torch.tensor(5).to(dtype), torch.tensor([0, -1])], "take")
-    # Rank > 1 runs on the CPU until index checks can be bounded by numel.
+    # Rank > 1: the flat indices are checked against numel, natively.
     m = x.reshape(3, 4)
-    torch.testing.assert_close(torch.take(m.to(D), idx.to(D)).cpu(), torch.take(m, idx))
-    torch.testing.assert_close(m.to(D).put(idx.to(D), src.to(D), accumulate=True).cpu(),
-                               m.put(idx, src, accumulate=True))
+    check(lambda t, i: torch.take(t, i), [m, idx], "take")
+    check(lambda t, i, s: t.put(i, s, accumulate=True), [m, idx, src], "put", dtype != torch.bfloat16, dtype)
+
+
+def test_take_of_a_matrix_bounds_flat_indices_by_numel():
+    m = torch.arange(12.0).reshape(3, 4)
+    for bad in (12, -13):
+        result = torch.take(m.to(D), torch.tensor([1, bad], device=D))
+        with pytest.raises(IndexError, match=f"index {bad} is out of bounds for 12 elements in aten::take"):
+            result.cpu()
 
 
 # ------------------------------------------------------------------------------- search

@@ -479,11 +479,14 @@ std::vector<IndexBound> IndexBounds(const OpSignature& sig, const NodeBuilder& b
       } else {
         const at::Tensor& source = args[spec.source].toTensor();
         if (spec.dim_arg >= 0) dim = c10::maybe_wrap_dim(args[spec.dim_arg].toInt(), source.dim());
-        if (spec.last_dim) dim = std::max<int64_t>(source.dim() - 1, 0);
+        if (spec.bound == lowering::IndexArgSpec::Bound::kLastDim) dim = std::max<int64_t>(source.dim() - 1, 0);
         size = source.dim() == 0 ? 1 : source.size(dim);
+        if (spec.bound == lowering::IndexArgSpec::Bound::kNumel) size = source.numel();
       }
-      std::string what = "dimension " + std::to_string(dim) + " with size " + std::to_string(size) + " in " +
-                         sig.name + (where.empty() ? "" : ", traced at " + where);
+      std::string bound = spec.bound == lowering::IndexArgSpec::Bound::kNumel
+                              ? std::to_string(size) + " elements"
+                              : "dimension " + std::to_string(dim) + " with size " + std::to_string(size);
+      std::string what = bound + " in " + sig.name + (where.empty() ? "" : ", traced at " + where);
       bounds.push_back(IndexBound{input, spec.negative_wraps ? -size : 0, size, std::move(what)});
     };
     if (a.kind == ArgKind::kTensor) {

@@ -51,13 +51,6 @@ void ReduceByName(Args a, torch::jit::Stack* r) {
   RunMeta(kName, kOverload, a, r);
 }
 
-// take / put index the flattened self: the index check bounds by size(0) (see scatter_reduce.cc).
-template <const char* kName>
-void FlatIndexed(Args a, torch::jit::Stack* r) {
-  TORCH_CHECK(a[0].toTensor().dim() <= 1, "flat index bound needs numel: the CPU path runs it");
-  RunMeta(kName, "", a, r);
-}
-
 // bucketize / searchsorted (arguments 0 and 1: values and boundaries, in either order):
 // complex takes the CPU path, and so does a bool common type (CPU's kernel has none), and a
 // sorter of an N-D sequence (its index check bounds by size(0)).
@@ -89,8 +82,8 @@ constexpr char kSort[] = "aten::sort", kStable[] = "stable", kNone[] = "", kTopk
                kNanmedian[] = "aten::nanmedian", kMode[] = "aten::mode", kCummax[] = "aten::cummax",
                kCummin[] = "aten::cummin", kAminmax[] = "aten::aminmax", kBucketize[] = "aten::bucketize", kSearchsorted[] = "aten::searchsorted",
                kTensor[] = "Tensor", kScalar[] = "Scalar", kScatterReduce[] = "aten::scatter_reduce",
-               kTwo[] = "two", kIndexReduce[] = "aten::index_reduce", kTake[] = "aten::take",
-               kPut[] = "aten::put", kHistc[] = "aten::histc", kLogcumsumexp[] = "aten::logcumsumexp",
+               kTwo[] = "two", kIndexReduce[] = "aten::index_reduce",
+               kHistc[] = "aten::histc", kLogcumsumexp[] = "aten::logcumsumexp",
                kNansum[] = "aten::nansum";
 
 }  // namespace
@@ -134,11 +127,6 @@ MetaOverride FindMetaGuard(const std::string& name) {
       {"aten::index_reduce", &ReduceByName<kIndexReduce, kNone>},
       {"aten::index_reduce_", &ReduceByName<kIndexReduce, kNone>},
       {"aten::index_reduce.out", &ReduceByName<kIndexReduce, kNone>},
-      {"aten::take", &FlatIndexed<kTake>},
-      {"aten::take.out", &FlatIndexed<kTake>},
-      {"aten::put", &FlatIndexed<kPut>},
-      {"aten::put_", &FlatIndexed<kPut>},
-      {"aten::put.out", &FlatIndexed<kPut>},
       {"aten::histc", &FloatingOnly<kHistc, false>},
       {"aten::histc.out", &FloatingOnly<kHistc, false>},
       {"aten::logcumsumexp", &FloatingOnly<kLogcumsumexp, true>},

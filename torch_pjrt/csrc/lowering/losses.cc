@@ -199,12 +199,12 @@ void RegisterLossOps(Registry& r) {
       {1, "all elements of target should be between 0 and 1"}};
   r.Add("binary_cross_entropy_backward", LowerBinaryCrossEntropyBackward);
   // The target holds class indices: checked against the number of classes (self's last dim).
-  IndexArgSpec classes{1, 0, -1, -1, false, true};
+  IndexArgSpec classes{1, 0, -1, -1, false, IndexArgSpec::Bound::kLastDim};
   // p chooses the formula (1 or 2, torch's check): structural.
   OpLowering& margin = r.Add("multi_margin_loss", LowerMultiMarginLoss);
   margin.index_checks = {classes};
   margin.structural_scalars = {2};
-  IndexArgSpec backward_classes{2, 1, -1, -1, false, true};
+  IndexArgSpec backward_classes{2, 1, -1, -1, false, IndexArgSpec::Bound::kLastDim};
   OpLowering& margin_backward = r.Add("multi_margin_loss_backward", LowerMultiMarginLossBackward);
   margin_backward.index_checks = {backward_classes};
   margin_backward.structural_scalars = {3};

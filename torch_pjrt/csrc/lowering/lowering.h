@@ -80,7 +80,9 @@ struct IndexArgSpec {
   int dim_arg = -1;         // int argument naming that dimension (-1: the list position)
   int size_arg = -1;        // int argument giving the bound instead (num_weights)
   bool negative_wraps = false;  // -size <= i < 0 counts from the end (advanced indexing)
-  bool last_dim = false;        // the bound is the source's last dimension (class indices)
+  // What bounds the indices when size_arg is not given: the source's dimension (dim_arg, or the
+  // list position), its last dimension (class indices), or its element count (flat indices).
+  enum class Bound : uint8_t { kDim, kLastDim, kNumel } bound = Bound::kDim;
 };
 
 // A tensor argument whose values must lie in [0, 1] (binary_cross_entropy's input and target):

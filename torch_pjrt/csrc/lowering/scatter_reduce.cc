@@ -281,10 +281,8 @@ void RegisterScatterReduceOps(Registry& r) {
   r.Add("index_fill.int_Tensor", LowerIndexFill).index_checks = {along_dim_wrapping};
   r.Add("masked_scatter", LowerMaskedScatter);
   r.Add("masked_scatter_backward", LowerMaskedScatterBackward);
-  // take/put index the flattened self, -numel <= i < numel. The check bounds by dim 0, which is
-  // the element count only for self of rank <= 1; the Meta guard (aten/meta_guards.cc) sends
-  // other ranks to the CPU until the kernel can bound by numel.
-  const IndexArgSpec flat{1, 0, -1, -1, true};
+  // take/put index the flattened self, -numel <= i < numel.
+  const IndexArgSpec flat{1, 0, -1, -1, true, IndexArgSpec::Bound::kNumel};
   r.Add("take", LowerTake).index_checks = {flat};
   r.Add("put", LowerPut).index_checks = {flat};
 }
