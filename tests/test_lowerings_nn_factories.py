@@ -373,3 +373,15 @@ def test_bessel_functions(name, dtype):
                                  7.9999, 8.0, 8.0001, 700.0, NAN, float("inf"), -float("inf")], dtype=torch.float64)])
     tol = dict(rtol=2e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-13)
     check(getattr(torch.special, name), (x.to(dtype),), ["special_" + name], dtype, **tol)
+
+
+@pytest.mark.parametrize("size", [0, 3, 7, 30])
+def test_nonzero_static_needs_no_sync(size):
+    x = torch.tensor([[0.0, 1.5, 0.0, NAN], [2.0, 0.0, -0.0, 3.0]])
+    check(lambda t: torch.nonzero_static(t, size=size), (x,), ["nonzero_static"], exact=True)
+    check(lambda t: torch.nonzero_static(t, size=size, fill_value=7), (x,), ["nonzero_static"], exact=True)
+    check(lambda t: torch.nonzero_static(t, size=size), (torch.zeros(0, 3),), ["nonzero_static"], exact=True)
+    check(lambda t: torch.nonzero_static(t, size=size), (torch.tensor(2),), ["nonzero_static"], exact=True)
+    before = torch.pjrt.metrics.counters()["Executions"]
+    torch.nonzero_static(x.to("pjrt"), size=size)  # static size: traced, not run (unlike nonzero)
+    assert torch.pjrt.metrics.counters()["Executions"] == before

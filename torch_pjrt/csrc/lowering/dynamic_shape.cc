@@ -41,6 +41,41 @@ std::vector<Val> LowerCountNonzero(LowerCtx& c) {
   return {c.e.Reduce(Flat(c.e, nz), c.e.Scalar(0, ElementType::kS64), {0}, "add")};
 }
 
+// The coordinates in `dims` of `count` flat positions: s64[count, rank].
+Val Coordinates(Emitter& e, const Val& flat, const Dims& dims, int64_t count) {
+  std::vector<Val> columns;
+  int64_t numel = 1;
+  for (int64_t d : dims) numel *= d;
+  int64_t stride = numel;
+  for (int64_t size : dims) {
+    stride = size == 0 ? 0 : stride / size;
+    Val coord = e.Binary("divide", flat, e.Full(static_cast<double>(std::max<int64_t>(stride, 1)), flat.type));
+    coord = e.Binary("remainder", coord, e.Full(static_cast<double>(std::max<int64_t>(size, 1)), flat.type));
+    columns.push_back(e.Reshape(coord, {count, 1}));
+  }
+  if (columns.empty()) return e.Full(0, TensorType{ElementType::kS64, {count, 0}});
+  return e.Concatenate(columns, 1);
+}
+
+// nonzero_static(self, *, size, fill_value=-1) -> s64[size, rank]: the first `size` nonzero
+// coordinates in row-major order; rows past the nonzero count hold fill_value.
+std::vector<Val> LowerNonzeroStatic(LowerCtx& c) {
+  Emitter& e = c.e;
+  Val x = c.tensor(0);
+  int64_t size = c.out().dims[0], n = x.numel();
+  if (size == 0) return {e.Full(0, c.out())};
+  Val selected = Flat(e, IsNonzero(e, x));
+  Val flat = n == 0 ? e.Full(0, TensorType{ElementType::kS64, {0}}) : SelectedFirst(e, selected);
+  if (n < size) flat = e.Pad(flat, e.Scalar(0, ElementType::kS64), {0}, {size - n}, {0});
+  flat = e.SliceDim(flat, 0, 0, size);
+  Val coords = Coordinates(e, flat, x.dims(), size);
+  Val count = n == 0 ? e.Scalar(0, ElementType::kS64)
+                     : e.Reduce(e.Convert(selected, ElementType::kS64), e.Scalar(0, ElementType::kS64), {0}, "add");
+  Val row = e.Iota(TensorType{ElementType::kS64, coords.dims()}, 0);
+  Val filled = e.Compare("GE", row, e.BroadcastInDim(count, coords.dims(), {}));
+  return {e.Select(filled, e.Full(static_cast<double>(c.int_arg(2, -1)), coords.type), coords)};
+}
+
 // nonzero(self, count) -> s64[count, rank]: coordinates of the nonzero elements, row-major order.
 std::vector<Val> LowerNonzero(LowerCtx& c) {
   Emitter& e = c.e;
@@ -48,17 +83,7 @@ std::vector<Val> LowerNonzero(LowerCtx& c) {
   int64_t count = c.out().dims[0];
   Val flat = SelectedFirst(e, Flat(e, IsNonzero(e, x)));
   flat = e.SliceDim(flat, 0, 0, count);
-  std::vector<Val> columns;
-  int64_t stride = x.numel();
-  for (int64_t d = 0; d < x.rank(); ++d) {
-    int64_t size = x.dims()[d];
-    stride = size == 0 ? 0 : stride / size;
-    Val coord = e.Binary("divide", flat, e.Full(static_cast<double>(std::max<int64_t>(stride, 1)), flat.type));
-    coord = e.Binary("remainder", coord, e.Full(static_cast<double>(std::max<int64_t>(size, 1)), flat.type));
-    columns.push_back(e.Reshape(coord, {count, 1}));
-  }
-  if (columns.empty()) return {e.Full(0, c.out())};
-  return {e.Concatenate(columns, 1)};
+  return {Coordinates(e, flat, x.dims(), count)};
 }
 
 // masked_select(self, mask, count) -> [count], both already broadcast to one shape.
@@ -143,6 +168,7 @@ std::vector<Val> LowerUnique(LowerCtx& c) {
 void RegisterDynamicShapeOps(Registry& r) {
   r.Add("pjrt::count_nonzero", LowerCountNonzero);
   r.Add("pjrt::nonzero", LowerNonzero);
+  r.Add("nonzero_static", LowerNonzeroStatic);
   r.Add("pjrt::masked_select", LowerMaskedSelect);
   r.Add("pjrt::count_unique", LowerCountUnique);
   r.Add("pjrt::unique", LowerUnique);
