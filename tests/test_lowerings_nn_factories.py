@@ -385,3 +385,16 @@ def test_nonzero_static_needs_no_sync(size):
     before = torch.pjrt.metrics.counters()["Executions"]
     torch.nonzero_static(x.to("pjrt"), size=size)  # static size: traced, not run (unlike nonzero)
     assert torch.pjrt.metrics.counters()["Executions"] == before
+
+
+def test_unique_consecutive_reads_one_count():
+    x = torch.tensor([[1.0, 1.0, 2.0], [2.0, NAN, NAN], [3.0, 1.0, 1.0]])
+    for inverse in (False, True):
+        for counts in (False, True):
+            fn = lambda t: torch.unique_consecutive(t, return_inverse=inverse, return_counts=counts)
+            check(fn, (x,), [], exact=True)  # every NaN is its own run, as on the CPU
+    check(lambda t: torch.unique_consecutive(t), (torch.zeros(0),), [], exact=True)
+    # Along a dim it runs on the CPU, counted as a fallback.
+    torch.pjrt.metrics.reset()
+    torch.unique_consecutive(x.to("pjrt"), dim=0)
+    assert torch.pjrt.metrics.fallbacks() == {"aten::unique_consecutive": 1}

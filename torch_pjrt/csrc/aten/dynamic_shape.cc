@@ -1,5 +1,5 @@
-// Ops whose result size depends on the data: nonzero, masked_select, unique, and indexing with
-// boolean masks. Instead of running them on the CPU (a sync plus copies of whole tensors), the
+// Ops whose result size depends on the data: nonzero, masked_select, unique, unique_consecutive,
+// and indexing with boolean masks. Instead of running them on the CPU (a sync plus copies of whole tensors), the
 // size is computed on the device and only that number is read back (one small sync, counted as
 // Sync::data_dependent_shape, never as a fallback); the op is then traced at that static size
 // (lowering/dynamic_shape.cc). Each distinct size is its own compiled graph.
@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include "aten/dynamic_shape.h"
+#include "aten/fallback.h"
 #include "aten/lazy_tensor.h"
 #include "aten/torch_errors.h"
 #include "aten/transfer.h"
@@ -100,14 +101,15 @@ at::Tensor& MaskedSelectOutKernel(const at::Tensor& self, const at::Tensor& mask
   return out;
 }
 
-// _unique2(self, sorted, return_inverse, return_counts): always sorted, like the CPU kernel.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> Unique2(const at::Tensor& self, bool return_inverse,
-                                                       bool return_counts) {
+// The runs of equal values of flattened `self` (sorted first for unique, as they come for
+// unique_consecutive): (values, inverse, counts), the last two empty unless asked for.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> Runs(const at::Tensor& self, const char* count_op, const char* op,
+                                                    bool return_inverse, bool return_counts) {
   int device = self.device().index();
-  int64_t count = ReadCount("pjrt::count_unique", self);
+  int64_t count = ReadCount(count_op, self);
   Dims inverse_dims(self.sizes().begin(), self.sizes().end());
   std::vector<graph::Value> v = TraceInternal(
-      Internal("pjrt::unique"), {self}, {},
+      Internal(op), {self}, {},
       {TensorType{ToElementType(self.scalar_type()), {count}}, TensorType{ElementType::kS64, inverse_dims},
        TensorType{ElementType::kS64, {count}}});
   at::Tensor values = Materialize(v[0], {count}, self.scalar_type(), device);
@@ -118,9 +120,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> Unique2(const at::Tensor& self, b
   return {values, inverse, counts};
 }
 
+// _unique2(self, sorted, return_inverse, return_counts): always sorted, like the CPU kernel.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> Unique2Kernel(const at::Tensor& self, bool sorted, bool return_inverse,
                                                         bool return_counts) {
-  return WithTorchErrors([&] { return Unique2(self, return_inverse, return_counts); });
+  return WithTorchErrors(
+      [&] { return Runs(self, "pjrt::count_unique", "pjrt::unique", return_inverse, return_counts); });
+}
+
+// unique_consecutive(self, return_inverse, return_counts, dim=None): the flattened runs natively;
+// runs of slices along a dim take the CPU path.
+void UniqueConsecutiveKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, 4);
+  if (!args[3].isNone()) {
+    RunCpuFallback(op, stack, "finds runs of slices along a dim only on the CPU");
+    return;
+  }
+  at::Tensor self = args[0].toTensor();
+  bool inverse = args[1].toBool(), counts = args[2].toBool();
+  auto result = WithTorchErrors([&] {
+    return Runs(self, "pjrt::count_unique_consecutive", "pjrt::unique_consecutive", inverse, counts);
+  });
+  torch::jit::drop(*stack, 4);
+  torch::jit::push(*stack, std::get<0>(result), std::get<1>(result), std::get<2>(result));
 }
 
 bool IsMask(const at::Tensor& t) {
@@ -207,6 +228,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("masked_select", &MaskedSelectKernel);
   m.impl("masked_select.out", &MaskedSelectOutKernel);
   m.impl("_unique2", &Unique2Kernel);
+  m.impl("unique_consecutive", torch::CppFunction::makeFromBoxedFunction<&UniqueConsecutiveKernel>());
 }
 
 }  // namespace torch_pjrt::aten

@@ -100,24 +100,15 @@ std::vector<Val> LowerMaskedSelect(LowerCtx& c) {
   return {e.Gather(x, e.Reshape(order, {count, 1}), g, TensorType{x.dtype(), {count}})};
 }
 
-// The sorted flat input and, per sorted position, whether it starts a new run of equal values.
+// The flat input, sorted (unique) or as it is (unique_consecutive), its original positions, and
+// per position whether it starts a new run of equal values.
 struct Runs {
   Val sorted, order, starts;
 };
 
-Runs SortedRuns(Emitter& e, const Val& x) {
-  int64_t n = x.numel();
-  Val positions = e.Iota(TensorType{ElementType::kS64, {n}}, 0);
-  bool floating = IsFloating(x.dtype());
-  auto ascending = [floating](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> {
-    // torch sorts NaN last; NaN values are all distinct in unique (as on the CPU).
-    Val lt = b.Compare("LT", a[0], a[1]);
-    if (!floating) return {lt};
-    Val lhs_nan = b.Compare("NE", a[0], a[0]), rhs_nan = b.Compare("NE", a[1], a[1]);
-    return {b.Binary("or", lt, b.Binary("and", b.Unary("not", lhs_nan), rhs_nan))};
-  };
-  std::vector<Val> sorted = e.Sort({Flat(e, x), positions}, 0, /*stable=*/true, ascending);
-  Runs r{sorted[0], sorted[1], {}};
+// Marks where runs of equal values start in r.sorted (NaN != NaN: every NaN starts a run).
+Runs RunStarts(Emitter& e, Runs r, const Val& positions) {
+  int64_t n = r.sorted.numel();
   if (n == 0) {
     r.starts = e.Full(0, TensorType{ElementType::kBool, {0}});
     return r;
@@ -129,18 +120,38 @@ Runs SortedRuns(Emitter& e, const Val& x) {
   return r;
 }
 
-// count_unique(self) -> s64[]: the number of distinct values (every NaN distinct).
-std::vector<Val> LowerCountUnique(LowerCtx& c) {
-  Runs r = SortedRuns(c.e, c.tensor(0));
+Runs FindRuns(Emitter& e, const Val& x, bool sort) {
+  int64_t n = x.numel();
+  Val positions = e.Iota(TensorType{ElementType::kS64, {n}}, 0);
+  if (!sort) return RunStarts(e, Runs{Flat(e, x), positions, {}}, positions);
+  bool floating = IsFloating(x.dtype());
+  auto ascending = [floating](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> {
+    // torch sorts NaN last; NaN values are all distinct in unique (as on the CPU).
+    Val lt = b.Compare("LT", a[0], a[1]);
+    if (!floating) return {lt};
+    Val lhs_nan = b.Compare("NE", a[0], a[0]), rhs_nan = b.Compare("NE", a[1], a[1]);
+    return {b.Binary("or", lt, b.Binary("and", b.Unary("not", lhs_nan), rhs_nan))};
+  };
+  std::vector<Val> sorted = e.Sort({Flat(e, x), positions}, 0, /*stable=*/true, ascending);
+  return RunStarts(e, Runs{sorted[0], sorted[1], {}}, positions);
+}
+
+// count_unique(self) / count_unique_consecutive(self) -> s64[]: the number of runs (every NaN
+// is its own).
+template <bool kSort>
+std::vector<Val> LowerCountRuns(LowerCtx& c) {
+  Runs r = FindRuns(c.e, c.tensor(0), kSort);
   return {c.e.Reduce(c.e.Convert(r.starts, ElementType::kS64), c.e.Scalar(0, ElementType::kS64), {0}, "add")};
 }
 
-// unique(self, count) -> (values [count] ascending, inverse [self's shape], counts [count]).
-std::vector<Val> LowerUnique(LowerCtx& c) {
+// unique / unique_consecutive(self, count) -> (values [count], inverse [self's shape],
+// counts [count]); unique's values ascend, unique_consecutive's keep their order.
+template <bool kSort>
+std::vector<Val> LowerRuns(LowerCtx& c) {
   Emitter& e = c.e;
   Val x = c.tensor(0);
   int64_t n = x.numel(), count = c.out(0).dims[0];
-  Runs r = SortedRuns(e, x);
+  Runs r = FindRuns(e, x, kSort);
   Val run_index = e.Binary("subtract", PrefixSum(e, e.Convert(r.starts, ElementType::kS64)),
                            e.Full(1, TensorType{ElementType::kS64, {n}}));
   // Values: the first element of each run, moved to the front.
@@ -170,8 +181,10 @@ void RegisterDynamicShapeOps(Registry& r) {
   r.Add("pjrt::nonzero", LowerNonzero);
   r.Add("nonzero_static", LowerNonzeroStatic);
   r.Add("pjrt::masked_select", LowerMaskedSelect);
-  r.Add("pjrt::count_unique", LowerCountUnique);
-  r.Add("pjrt::unique", LowerUnique);
+  r.Add("pjrt::count_unique", LowerCountRuns<true>);
+  r.Add("pjrt::unique", LowerRuns<true>);
+  r.Add("pjrt::count_unique_consecutive", LowerCountRuns<false>);
+  r.Add("pjrt::unique_consecutive", LowerRuns<false>);
 }
 
 }  // namespace torch_pjrt::lowering
