@@ -398,3 +398,9 @@ def test_unique_consecutive_reads_one_count():
     torch.pjrt.metrics.reset()
     torch.unique_consecutive(x.to("pjrt"), dim=0)
     assert torch.pjrt.metrics.fallbacks() == {"aten::unique_consecutive": 1}
+
+
+def test_mvlgamma_out_composes_lowered_ops():
+    x = torch.rand(4, 3, dtype=torch.float64) + 2
+    check(lambda t: torch.mvlgamma(t, 3, out=torch.empty_like(t)), (x,), ["lgamma"], torch.float64)
+    check(lambda t: t.clone().mvlgamma_(2), (x,), ["lgamma"], torch.float64)
