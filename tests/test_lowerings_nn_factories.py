@@ -404,3 +404,83 @@ def test_mvlgamma_out_composes_lowered_ops():
     x = torch.rand(4, 3, dtype=torch.float64) + 2
     check(lambda t: torch.mvlgamma(t, 3, out=torch.empty_like(t)), (x,), ["lgamma"], torch.float64)
     check(lambda t: t.clone().mvlgamma_(2), (x,), ["lgamma"], torch.float64)
+
+
+# ------------------------------------------------------------------------------ embedding_bag
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("case", ["offsets", "empty_bags", "last_offset", "padding", "two_d"])
+def test_embedding_bag(mode, case):
+    torch.manual_seed(0)
+    weight = torch.randn(10, 4, dtype=torch.float64)
+    weight[3, 1] = weight[7, 1]  # a tie for max: the first position wins
+    indices = torch.tensor([1, 2, 4, 5, 4, 3, 7, 9, 0, 3])
+    kw = dict(mode=mode)
+    if case == "offsets":
+        args, kw["offsets"] = (indices,), torch.tensor([0, 3, 6])
+    elif case == "empty_bags":
+        args, kw["offsets"] = (indices,), torch.tensor([0, 0, 4, 4, 10])
+    elif case == "last_offset":
+        args, kw["offsets"], kw["include_last_offset"] = (indices,), torch.tensor([0, 2, 7, 10]), True
+    elif case == "padding":
+        args, kw["offsets"], kw["padding_idx"] = (indices,), torch.tensor([0, 3, 6]), 4
+    else:
+        args = (indices.reshape(2, 5),)
+
+    def fn(w, i):
+        return F.embedding_bag(i, w, **{k: (v.to(w.device) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()})
+    check(fn, (weight, *args), ["_embedding_bag_forward_only"], torch.float64)  # no grad needed
+    check_grad(lambda w: fn(w, args[0].to(w.device)), (weight,), ["_embedding_bag", "_embedding_bag_dense_backward"])
+
+
+def test_embedding_bag_per_sample_weights():
+    torch.manual_seed(0)
+    weight, psw = torch.randn(8, 3, dtype=torch.float64), torch.rand(7, dtype=torch.float64)
+    indices, offsets = torch.tensor([1, 2, 2, 5, 1, 1, 7]), torch.tensor([0, 2, 5])
+
+    def fn(w, p):
+        return F.embedding_bag(indices.to(w.device), w, offsets.to(w.device), mode="sum", per_sample_weights=p)
+    check(fn, (weight, psw), ["_embedding_bag_forward_only"], torch.float64)
+    check_grad(fn, (weight, psw), ["_embedding_bag_dense_backward", "_embedding_bag_per_sample_weights_backward"])
+
+
+def test_embedding_bag_scales_gradients_by_each_index_frequency():
+    # Each row's gradient is divided by how often its index occurs in the batch (what the docs
+    # say and CUDA computes). torch's CPU kernel divides by counts[sorted_indices[g]] for the g-th
+    # distinct index instead (it indexes the sorted indices with the group number), so its result
+    # is not the reference here: the formula is.
+    torch.manual_seed(0)
+    weight, psw = torch.randn(8, 3, dtype=torch.float64), torch.rand(7, dtype=torch.float64)
+    indices, offsets = torch.tensor([1, 2, 2, 5, 1, 1, 7]), torch.tensor([0, 2, 5])
+    w = weight.to("pjrt").requires_grad_()
+    out = F.embedding_bag(indices.to("pjrt"), w, offsets.to("pjrt"), mode="sum", per_sample_weights=psw.to("pjrt"),
+                          scale_grad_by_freq=True)
+    g = torch.randn(out.shape, dtype=torch.float64)
+    out.backward(g.to("pjrt"))
+    bags = torch.tensor([0, 0, 1, 1, 1, 2, 2])
+    counts = torch.bincount(indices, minlength=8).double()
+    expected = torch.zeros_like(weight)
+    for i, (v, b) in enumerate(zip(indices.tolist(), bags.tolist())):
+        expected[v] += psw[i] * g[b] / counts[v]
+    torch.testing.assert_close(w.grad.cpu(), expected)
+    assert torch.pjrt.metrics.fallbacks() == {}
+
+
+def test_embedding_bag_module_in_half_precision_and_inference():
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(20, 6, mode="mean")
+    indices, offsets = torch.randint(0, 20, (12,)), torch.tensor([0, 5, 9])
+    with torch.no_grad():
+        expected = bag(indices, offsets)
+        check(lambda i, o: bag.to(i.device)(i, o), (indices, offsets), [])
+        bag.to("cpu")
+    w = bag.weight.detach().bfloat16()
+    check(lambda t, i, o: F.embedding_bag(i, t, o, mode="sum"), (w, indices, offsets), ["_embedding_bag_forward_only"],
+          torch.bfloat16)
+
+
+def test_embedding_bag_index_out_of_range_raises_at_the_next_sync():
+    w = torch.randn(5, 2, device="pjrt")
+    out = F.embedding_bag(torch.tensor([1, 5], device="pjrt"), w, torch.tensor([0], device="pjrt"))
+    with pytest.raises(IndexError, match="index 5 is out of bounds"):
+        out.cpu()

@@ -239,12 +239,12 @@ void CpuRefusal::Raise() const {
 }
 
 std::optional<CpuRefusal> CpuDtypeRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  if (sig.random || sig.generator_arg >= 0 || !HasPjrtTensor(args)) return std::nullopt;
+  if (!sig.cpu_probe || sig.random || sig.generator_arg >= 0 || !HasPjrtTensor(args)) return std::nullopt;
   return ProbeOnStandIns(sig, args, IsDtypeRefusal);
 }
 
 std::optional<CpuRefusal> CpuScalarRangeRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  if (sig.random || sig.generator_arg >= 0 || !NumberOutOfRange(sig, args)) return std::nullopt;
+  if (!sig.cpu_probe || sig.random || sig.generator_arg >= 0 || !NumberOutOfRange(sig, args)) return std::nullopt;
   return ProbeOnStandIns(sig, args, [](const CpuRefusal& e) {
     return e.message.find("without overflow") != std::string::npos;
   });
@@ -255,7 +255,9 @@ std::optional<CpuRefusal> CpuScalarRangeRefusal(const OpSignature& sig, c10::Arr
 namespace torch_pjrt::aten {
 
 std::optional<CpuRefusal> CpuOverlapRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  if (sig.variant == Variant::kFunctional || sig.random || !WritesOverlap(sig, args)) return std::nullopt;
+  if (!sig.cpu_probe || sig.variant == Variant::kFunctional || sig.random || !WritesOverlap(sig, args)) {
+    return std::nullopt;
+  }
   std::optional<torch::jit::Stack> probe = MirrorStorages(sig, args);
   if (!probe) return std::nullopt;
   std::optional<CpuRefusal> error = RunOnCpu(sig, &*probe);

@@ -102,6 +102,7 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
   sig.index_checks = entry.index_checks;
   sig.unit_interval_checks = entry.unit_interval_checks;
   sig.random = entry.random;
+  sig.cpu_probe = entry.cpu_probe;
   for (size_t i = 0; i < sig.num_args; ++i) {
     const c10::Argument& a = s.arguments()[i];
     ArgRole role = RoleOf(a);

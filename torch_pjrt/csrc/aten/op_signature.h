@@ -48,6 +48,7 @@ struct OpSignature {
   std::vector<lowering::IndexArgSpec> index_checks;  // index arguments checked against bounds
   std::vector<lowering::UnitIntervalArgSpec> unit_interval_checks;  // arguments checked to lie in [0, 1]
   bool random = false;                      // draws from a pjrt Generator (lowering table)
+  bool cpu_probe = true;                    // OpLowering::cpu_probe
   int generator_arg = -1;                   // the Generator? argument, if the schema has one
 
   OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional, c10::OperatorHandle meta)

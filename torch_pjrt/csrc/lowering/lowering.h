@@ -122,6 +122,10 @@ struct OpLowering {
   std::vector<int> value_args;
   // A list op applying another op's lowering to each element (_foreach_add.List: "add.Tensor").
   std::string foreach_of;
+  // Whether the generic kernel may run the CPU kernel on zero-filled stand-ins of the arguments to
+  // find the calls CPU refuses (aten/cpu_probe.h). False where the CPU kernel trusts index data
+  // that stand-ins cannot make consistent (embedding_bag's offsets): it could crash.
+  bool cpu_probe = true;
 };
 
 class Registry {
@@ -171,6 +175,7 @@ void RegisterScatterReduceOps(Registry& r);
 void RegisterSpecialOps(Registry& r);
 void RegisterPolynomialOps(Registry& r);
 void RegisterBesselOps(Registry& r);
+void RegisterEmbeddingBagOps(Registry& r);
 void RegisterComplexOps(Registry& r);  // after the others: it wraps some of their entries
 void RegisterForeachOps(Registry& r);  // called last: it pairs with ops registered before it
 
