@@ -235,13 +235,6 @@ const std::vector<double> kY1YQ = {
     1.87601316108706159478e+10, 3.88231277496238566008e+12, 6.20557727146953693363e+14,
     6.87141087355300489866e+16, 3.97270608116560655612e+18};
 
-// Polynomial with coefficients highest degree first (torch's `r = r * z + C[i]` loops).
-Val Horner(Emitter& e, const Val& z, const std::vector<double>& coeffs) {
-  Val r = K(e, coeffs[0], z);
-  for (size_t i = 1; i < coeffs.size(); ++i) r = Add(e, Mul(e, r, z), K(e, coeffs[i], z));
-  return r;
-}
-
 Val ModifiedI0(Emitter& e, const Val& x) {
   Val ax = Abs(e, x);
   Val small = Mul(e, Exp(e, ax), Chbevl(e, Sub(e, Div(e, ax, K(e, 2, ax)), K(e, 2, ax)), kI0A));
@@ -281,8 +274,8 @@ Val BesselAsymptotic(Emitter& e, const Val& x, int order, bool y_kind) {
   const auto& pq = order == 0 ? kJ0PQ : kJ1PQ;
   const auto& qp = order == 0 ? kJ0QP : kJ1QP;
   const auto& qq = order == 0 ? kJ0QQ : kJ1QQ;
-  Val p = Div(e, Horner(e, z, pp), Horner(e, z, pq));
-  Val q = Mul(e, Div(e, K(e, 5, x), x), Div(e, Horner(e, z, qp), Horner(e, z, qq)));
+  Val p = Div(e, Polevl(e, z, pp), Polevl(e, z, pq));
+  Val q = Mul(e, Div(e, K(e, 5, x), x), Div(e, Polevl(e, z, qp), Polevl(e, z, qq)));
   Val phase = Sub(e, x, K(e, order == 0 ? 0.785398163397448309615660845819875721 : 2.356194490192344928846982537459627163, x));
   Val s = e.Unary("sine", phase), c = e.Unary("cosine", phase);
   Val sum = y_kind ? Add(e, Mul(e, p, s), Mul(e, q, c)) : Sub(e, Mul(e, p, c), Mul(e, q, s));
@@ -293,14 +286,14 @@ Val BesselJ0(Emitter& e, const Val& x0) {
   Val x = Abs(e, x0), x2 = Mul(e, x, x);
   Val tiny = Sub(e, K(e, 1, x), Div(e, x2, K(e, 4, x)));
   Val rational = Div(e, Mul(e, Mul(e, Sub(e, x2, K(e, 5.78318596294678452118e+00, x)),
-                                   Sub(e, x2, K(e, 3.04712623436620863991e+01, x))), Horner(e, x2, kJ0RP)),
-                     Horner(e, x2, kJ0RQ));
+                                   Sub(e, x2, K(e, 3.04712623436620863991e+01, x))), Polevl(e, x2, kJ0RP)),
+                     Polevl(e, x2, kJ0RQ));
   Val small = Sel(e, Cmp(e, "LT", x, K(e, 0.00001, x)), tiny, rational);
   return Sel(e, Cmp(e, "LE", x, K(e, 5, x)), small, BesselAsymptotic(e, x, 0, false));
 }
 Val BesselJ1(Emitter& e, const Val& x0) {
   Val x = Abs(e, x0), x2 = Mul(e, x, x);
-  Val small = Mul(e, Mul(e, Mul(e, Div(e, Horner(e, x2, kJ1RP), Horner(e, x2, kJ1RQ)), x),
+  Val small = Mul(e, Mul(e, Mul(e, Div(e, Polevl(e, x2, kJ1RP), Polevl(e, x2, kJ1RQ)), x),
                          Sub(e, x2, K(e, 1.46819706421238932572e+01, x))), Sub(e, x2, K(e, 4.92184563216946036703e+01, x)));
   Val r = Sel(e, Cmp(e, "LE", x, K(e, 5, x)), small, BesselAsymptotic(e, x, 1, false));
   return Sel(e, Cmp(e, "LT", x0, K(e, 0, x0)), Neg(e, r), r);
@@ -309,8 +302,8 @@ Val BesselJ1(Emitter& e, const Val& x0) {
 Val BesselY(Emitter& e, const Val& x, int order) {
   Val x2 = Mul(e, x, x), two_over_pi = K(e, 0.636619772367581343075535053490057448, x);
   Val small = order == 0
-      ? Add(e, Div(e, Horner(e, x2, kY0YP), Horner(e, x2, kY0YQ)), Mul(e, Mul(e, two_over_pi, Log(e, x)), BesselJ0(e, x)))
-      : Add(e, Mul(e, x, Div(e, Horner(e, x2, kY1YP), Horner(e, x2, kY1YQ))),
+      ? Add(e, Div(e, Polevl(e, x2, kY0YP), Polevl(e, x2, kY0YQ)), Mul(e, Mul(e, two_over_pi, Log(e, x)), BesselJ0(e, x)))
+      : Add(e, Mul(e, x, Div(e, Polevl(e, x2, kY1YP), Polevl(e, x2, kY1YQ))),
             Mul(e, two_over_pi, Sub(e, Mul(e, BesselJ1(e, x), Log(e, x)), Div(e, K(e, 1, x), x))));
   small = Sel(e, Cmp(e, "LT", x, K(e, 0, x)), K(e, NAN, x), small);
   small = Sel(e, Cmp(e, "EQ", x, K(e, 0, x)), K(e, -INFINITY, x), small);

@@ -168,13 +168,13 @@ std::vector<Val> LowerEmbeddingBagDenseBackward(LowerCtx& c) {
   Val rows = GatherRows(e, grad, bag);  // [N, D]
   if (mode == kMean) {
     Val sizes = e.Convert(bag_size, acc);
-    Val per_index = e.Reshape(GatherRows(e, e.Reshape(sizes, {bags, 1}), bag), {n});
+    Val per_index = GatherFlat(e, sizes, bag);
     rows = Div(e, rows, e.BroadcastInDim(per_index, rows.dims(), {0}));
   }
   if (c.is_tensor(8)) rows = Mul(e, rows, e.BroadcastInDim(e.Convert(c.tensor(8), acc), rows.dims(), {0}));
   if (c.bool_arg(6)) {  // scale_grad_by_freq: each row's gradient over how often its index occurs
     Val counts = ScatterAdd(e, index, e.Full(1, TensorType{acc, {n}}), num_weights);
-    Val per_index = e.Reshape(GatherRows(e, e.Reshape(counts, {num_weights, 1}), index), {n});
+    Val per_index = GatherFlat(e, counts, index);
     rows = Div(e, rows, e.BroadcastInDim(per_index, rows.dims(), {0}));
   }
   Val counted = e.Compare("NE", index, e.Full(static_cast<double>(padding_idx), index.type));

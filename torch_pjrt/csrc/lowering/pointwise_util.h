@@ -127,7 +127,7 @@ inline Val Chlo2(Emitter& e, const std::string& op, const Val& a, const Val& b) 
 }
 
 // Polynomial c[0] x^n + ... + c[n] (Cephes polevl: coefficients highest degree first).
-inline Val Polevl(Emitter& e, const Val& x, std::initializer_list<double> coeffs) {
+inline Val Polevl(Emitter& e, const Val& x, const std::vector<double>& coeffs) {
   Val r;
   bool first = true;
   for (double k : coeffs) {
