@@ -120,3 +120,79 @@ def test_unique(dtype, inverse, counts):
 def test_unique_of_nan_and_empty():
     native(torch.unique, torch.tensor([math.nan, 1.0, math.nan, -0.0, 0.0]))
     native(lambda t: torch.unique(t, return_inverse=True, return_counts=True), torch.zeros(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("weights", [None, torch.float32, torch.float64, torch.int64], ids=str)
+@pytest.mark.parametrize("minlength", [0, 9])
+def test_bincount(dtype, weights, minlength):
+    x = torch.tensor([1, 4, 4, 0, 7, 4], dtype=dtype)
+    w = None if weights is None else torch.tensor([0.5, 1, 2, 3, 4, 5]).to(weights)
+    native(lambda t, u: torch.bincount(t, u, minlength), x, w, expected_syncs=1)
+
+
+def test_bincount_of_empty_input_reads_nothing():
+    native(lambda t: torch.bincount(t, minlength=4), torch.tensor([], dtype=torch.long), expected_syncs=0)
+
+
+@pytest.mark.parametrize("case", [
+    (torch.tensor([-1, 2]), {}, RuntimeError),  # negative values
+    (torch.tensor([[1]]), {}, RuntimeError),  # not 1-d
+    (torch.tensor([1.0]), {}, NotImplementedError),  # not integral
+    (torch.tensor([1, 2]), {"weights": torch.tensor([1.0])}, RuntimeError),
+    (torch.tensor([1, 2]), {"minlength": -1}, RuntimeError),
+], ids=["negative", "2d", "float", "weights_length", "minlength"])
+def test_bincount_errors_match_cpu(case):
+    x, kwargs, error = case
+    with pytest.raises(error) as cpu:
+        torch.bincount(x, **kwargs)
+    pjrt_kwargs = {k: v.to("pjrt") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    with pytest.raises(error) as pjrt:
+        torch.bincount(x.to("pjrt"), **pjrt_kwargs)
+    if error is RuntimeError:
+        assert str(pjrt.value) == str(cpu.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_repeat_interleave_reads_its_total(dtype):
+    r = torch.tensor([2, 0, 3, 1], dtype=dtype)
+    native(torch.repeat_interleave, r, expected_syncs=1)
+    native(lambda x, t: torch.repeat_interleave(x, t, dim=0), torch.arange(8.0).reshape(4, 2), r)
+    native(lambda x, t: torch.repeat_interleave(x, t), torch.arange(4.0), r)
+
+
+def test_repeat_interleave_with_output_size_does_not_sync():
+    r = torch.tensor([2, 0, 3])
+    native(lambda t: torch.repeat_interleave(t, output_size=5), r, expected_syncs=0)
+    native(torch.repeat_interleave, torch.tensor([], dtype=torch.long), expected_syncs=0)
+
+
+def test_repeat_interleave_errors_match_cpu():
+    with pytest.raises(RuntimeError, match="repeats can not be negative"):
+        torch.repeat_interleave(torch.tensor([-1, 2], device="pjrt"))
+    with pytest.raises(RuntimeError, match="only accept 1D"):
+        torch.repeat_interleave(torch.tensor([[1]], device="pjrt"))
+    # With output_size there is no read: the checks run with the graph and raise at the next read.
+    for repeats, size, message in [([2, 0, 3], 4, "allocated size does not match"), ([-1, 2], 1, "can not be negative")]:
+        out = torch.repeat_interleave(torch.tensor(repeats, device="pjrt"), output_size=size)
+        with pytest.raises(RuntimeError, match=message):
+            out.cpu()
+
+
+@pytest.mark.parametrize("fn", [torch.tril_indices, torch.triu_indices], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("args", [(3, 3, 0), (4, 5, 1), (5, 3, -2), (0, 3, 0), (3, 0, 1), (4, 4, 10), (4, 4, -10)],
+                         ids=str)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_triangle_indices_run_on_the_device(fn, args, dtype):
+    with Counters() as c:
+        got = fn(*args, device="pjrt", dtype=dtype).cpu()
+    assert c["FallbackOps"] == 0 and c["Sync::data_dependent_shape"] == 0
+    want = fn(*args, dtype=dtype)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def test_triangle_indices_errors_match_cpu():
+    with pytest.raises(RuntimeError, match="row must be non-negative"):
+        torch.tril_indices(-1, 3, device="pjrt")
+    with pytest.raises(NotImplementedError):
+        torch.triu_indices(3, 3, device="pjrt", dtype=torch.float32)

@@ -1,12 +1,17 @@
 // Ops whose result size depends on the data: nonzero, masked_select, unique, unique_consecutive,
-// and indexing with boolean masks. Instead of running them on the CPU (a sync plus copies of whole tensors), the
+// bincount, repeat_interleave, and indexing with boolean masks. Instead of running them on the CPU (a sync plus copies of whole tensors), the
 // size is computed on the device and only that number is read back (one small sync, counted as
 // Sync::data_dependent_shape, never as a fallback); the op is then traced at that static size
 // (lowering/dynamic_shape.cc). Each distinct size is its own compiled graph.
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/searchsorted.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include "aten/dynamic_shape.h"
@@ -14,6 +19,7 @@
 #include "aten/lazy_tensor.h"
 #include "aten/torch_errors.h"
 #include "aten/transfer.h"
+#include "graph/index_checks.h"
 
 namespace torch_pjrt::aten {
 
@@ -49,14 +55,87 @@ at::Tensor Materialize(graph::Value v, c10::IntArrayRef sizes, c10::ScalarType d
   return t;
 }
 
+// The few numbers that cross: integer `values` computed on the device (a pjrt tensor), read back.
+std::vector<int64_t> ReadInts(const at::Tensor& values) {
+  at::Tensor host = at::empty(values.sizes(), at::TensorOptions().dtype(c10::kLong));
+  CopyToHost(values.to(c10::kLong).contiguous(), host, graph::SyncCause::kDataDependentShape);
+  const int64_t* p = host.const_data_ptr<int64_t>();
+  return std::vector<int64_t>(p, p + host.numel());
+}
+
 // The one number that crosses: `count_op` over `self`, computed on the device and read back.
 int64_t ReadCount(const char* count_op, const at::Tensor& self) {
   int device = self.device().index();
   graph::Value n = TraceInternal(Internal(count_op), {self}, {}, {TensorType{ElementType::kS64, {}}})[0];
-  at::Tensor count = Materialize(std::move(n), {}, c10::kLong, device);
-  at::Tensor host = at::empty({}, at::TensorOptions().dtype(c10::kLong));
-  CopyToHost(count, host, graph::SyncCause::kDataDependentShape);
-  return host.item<int64_t>();
+  return ReadInts(Materialize(std::move(n), {}, c10::kLong, device))[0];
+}
+
+// Records that `values` must lie in [lo, hi) when `result` is computed; else the next sync point
+// raises RuntimeError(message) (a deferred check, like index bounds: no sync now).
+void CheckRangeWhenRun(const at::Tensor& values, const at::Tensor& result, int64_t lo, int64_t hi,
+                       const char* message) {
+  graph::GraphLock lock;
+  graph::AddValueRangeCheck(result.device().index(), ReadValue(values), ReadValue(result), lo, hi, message);
+}
+
+constexpr int64_t kNoUpperBound = int64_t{1} << 62;
+
+// bincount(self, weights=None, minlength=0): the largest value (and the smallest, for CPU's
+// non-negative check) crosses in one read; the counts are an index_add at that size. Weights of
+// float sum as float, others as double, like the CPU kernel.
+at::Tensor Bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::isIntegralType(self.scalar_type(), /*includeBool=*/false),
+                              "\"bincount\" not implemented for '", self.scalar_type(), "'");
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  if (self.dim() == 1 && self.numel() == 0) return at::zeros({minlength}, self.options().dtype(c10::kLong));
+  TORCH_CHECK(self.dim() == 1, "bincount only supports 1-d non-negative integral inputs.");
+  std::vector<int64_t> bounds = ReadInts(at::stack({self.min(), self.max()}));
+  TORCH_CHECK(bounds[0] >= 0, "bincount only supports 1-d non-negative integral inputs.");
+  bool weighted = weights.has_value() && weights->defined();
+  TORCH_CHECK(!weighted || (weights->dim() == 1 && weights->size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  int64_t size = std::max(bounds[1] + 1, minlength);
+  if (!weighted) {
+    return at::zeros({size}, self.options().dtype(c10::kLong)).index_add_(0, self, at::ones_like(self, c10::kLong));
+  }
+  c10::ScalarType sum_type = weights->scalar_type() == c10::kFloat ? c10::kFloat : c10::kDouble;
+  return at::zeros({size}, weights->options().dtype(sum_type)).index_add_(0, self, weights->to(sum_type));
+}
+
+at::Tensor BincountKernel(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
+  return WithTorchErrors([&] { return Bincount(self, weights, minlength); });
+}
+
+// repeat_interleave.Tensor(repeats, output_size=None): for each output position k, the index i with
+// cumsum[i-1] <= k < cumsum[i] (a searchsorted). Without output_size the total (and the smallest
+// repeat, for CPU's non-negative check) crosses in one read; with it, both checks are deferred.
+at::Tensor RepeatInterleave(const at::Tensor& repeats, std::optional<int64_t> output_size) {
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::isIntegralType(repeats.scalar_type(), /*includeBool=*/false),
+                              "\"repeat_interleave\" not implemented for '", repeats.scalar_type(), "'");
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK(repeats.scalar_type() == c10::kLong || repeats.scalar_type() == c10::kInt,
+              "repeats has to be Long or Int tensor");
+  if (repeats.numel() == 0) return at::empty_like(repeats, at::MemoryFormat::Contiguous);
+  at::Tensor ends = repeats.cumsum(0, c10::kLong);
+  int64_t total = 0;
+  if (output_size.has_value()) {
+    total = *output_size;
+  } else {
+    std::vector<int64_t> read = ReadInts(at::stack({ends[-1], repeats.min().to(c10::kLong)}));
+    TORCH_CHECK(read[1] >= 0, "repeats can not be negative");
+    total = read[0];
+  }
+  at::Tensor positions = at::arange(total, repeats.options().dtype(c10::kLong));
+  at::Tensor result = at::searchsorted(ends, positions, /*out_int32=*/false, /*right=*/true).to(repeats.scalar_type());
+  if (output_size.has_value()) {
+    CheckRangeWhenRun(repeats, result, 0, kNoUpperBound, "repeats can not be negative");
+    CheckRangeWhenRun(ends[-1].sub(total), result, 0, 1, "allocated size does not match required size");
+  }
+  return result;
+}
+
+at::Tensor RepeatInterleaveKernel(const at::Tensor& repeats, std::optional<int64_t> output_size) {
+  return WithTorchErrors([&] { return RepeatInterleave(repeats, output_size); });
 }
 
 at::Tensor Nonzero(const at::Tensor& self) {
@@ -229,6 +308,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("masked_select.out", &MaskedSelectOutKernel);
   m.impl("_unique2", &Unique2Kernel);
   m.impl("unique_consecutive", torch::CppFunction::makeFromBoxedFunction<&UniqueConsecutiveKernel>());
+  m.impl("bincount", &BincountKernel);
+  m.impl("repeat_interleave.Tensor", &RepeatInterleaveKernel);
 }
 
 }  // namespace torch_pjrt::aten

@@ -79,6 +79,11 @@ void AddUnitIntervalCheck(int device, Value values, Value consumer, std::string 
       IndexCheck{std::move(values), std::move(consumer), 0, 1, true, CheckError{ErrorKind::kRuntime, std::move(message)}});
 }
 
+void AddValueRangeCheck(int device, Value values, Value consumer, int64_t lo, int64_t hi, std::string message) {
+  Trace(device).checks.push_back(
+      IndexCheck{std::move(values), std::move(consumer), lo, hi, false, CheckError{ErrorKind::kRuntime, std::move(message)}});
+}
+
 Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks) {
   static const int pack = InternalOp("pjrt::index_checks");
   std::vector<Value> inputs;

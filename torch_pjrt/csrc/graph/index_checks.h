@@ -21,6 +21,9 @@ void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_
 // Records that `values`, read by the op that produced `consumer`, must lie in [0, 1]; else the
 // next sync point raises RuntimeError(message). Caller holds the graph lock.
 void AddUnitIntervalCheck(int device, Value values, Value consumer, std::string message);
+// Records that integer `values`, read by the op that produced `consumer`, must lie in [lo, hi);
+// else the next sync point raises RuntimeError(message). Caller holds the graph lock.
+void AddValueRangeCheck(int device, Value values, Value consumer, int64_t lo, int64_t hi, std::string message);
 
 // The node computing every check of `trace`: s64[N, 2] rows (in range, an offending index).
 Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks);
