@@ -375,6 +375,86 @@ def test_bessel_functions(name, dtype):
     check(getattr(torch.special, name), (x.to(dtype),), ["special_" + name], dtype, **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_airy_ai(dtype):
+    # The oscillating form below -2.09, the series between, the decaying form above 2.09 (and 8.32,
+    # where torch's kernel stops running the series), 0 above 103.892, NaN at +-inf.
+    x = torch.cat([torch.linspace(-40, 110, 301, dtype=torch.float64),
+                   torch.tensor([0.0, -2.09, -2.0899, 2.0899, 2.09, 8.3203353, 103.892, 103.9, NAN, float("inf"),
+                                 -float("inf")], dtype=torch.float64)])
+    tol = dict(rtol=2e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-13)
+    check(torch.special.airy_ai, (x.to(dtype),), ["special_airy_ai"], dtype, **tol)
+    check(torch.special.airy_ai, (torch.arange(-3, 4),), ["special_airy_ai"])  # integers promote to float
+
+
+# ------------------------------------------------------------------------- incomplete gamma
+
+GAMMA_POINTS = [0.0, 1e-3, 0.3, 0.5, 0.7, 1.0, 1.05, 1.1, 1.5, 2.0, 5.0, 10.0, 19.0, 25.0, 30.0, 100.0, 199.0,
+                250.0, 1e3, 1e4, float("inf"), -1.0, NAN]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name", ["igamma", "igammac"])
+def test_incomplete_gamma(name, dtype):
+    # Every branch of torch's decision tree (series, upper series, continued fraction, the
+    # boundary values at 0, inf, negatives and NaN, and the a ~ x region where torch uses its
+    # asymptotic expansion) on a grid of (a, x).
+    a = torch.tensor(GAMMA_POINTS, dtype=torch.float64)[:, None].expand(-1, len(GAMMA_POINTS))
+    x = torch.tensor(GAMMA_POINTS, dtype=torch.float64)[None, :].expand(len(GAMMA_POINTS), -1)
+    # float64: torch's asymptotic expansion multiplies by a float pi (sqrt(2 * pi<float> * a)), an
+    # error up to ~3e-10 there (igamma(25, 30): torch 0.842757972534, exact 0.842757972762, pjrt
+    # 0.842757972762); elsewhere the two agree to ~1e-15.
+    tol = {torch.float64: dict(rtol=1e-8, atol=1e-12), torch.float32: dict(rtol=1e-5, atol=2e-6)}.get(dtype, {})
+    check(getattr(torch, name), (a.to(dtype), x.to(dtype)), [name], dtype, **tol)
+    # Random a near x, where the series run longest.
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(400, generator=g, dtype=torch.float64) * 300
+    check(getattr(torch, name), (a.to(dtype), (a * (0.7 + 0.6 * torch.rand(400, generator=g))).to(dtype)), [name],
+          dtype, **tol)
+
+
+def test_incomplete_gamma_gradient():
+    a = torch.tensor([0.5, 2.0, 7.0, 30.0], dtype=torch.float64)
+    x = torch.tensor([0.3, 2.5, 4.0, 31.0], dtype=torch.float64)
+    check_grad(lambda t: torch.igamma(a.to(t.device), t), (x,), ["igamma"])
+    check_grad(lambda t: torch.igammac(a.to(t.device), t), (x,), ["igammac"])
+
+
+# ------------------------------------------------------------------------------------ rrelu
+
+def test_rrelu_in_evaluation_is_leaky_relu():
+    x = torch.tensor([-1.0, 0.0, 1.0, NAN, -3.0, 2.0, -float("inf")])
+    check(lambda t: F.rrelu(t, 0.1, 0.3, training=False), (x,), [])
+    with pytest.raises(RuntimeError, match="Lower bound should be less"):
+        F.rrelu(x.to("pjrt"), 0.5, 0.3, training=True)
+
+
+def test_rrelu_in_training_draws_a_slope_per_negative_element():
+    torch.pjrt.metrics.reset()
+    x = torch.linspace(-5, 5, 1001, dtype=torch.float64)
+    x[0] = NAN
+    noise = torch.zeros_like(x, device="pjrt")
+    xp = x.to("pjrt").requires_grad_()
+    y = torch.ops.aten.rrelu_with_noise(xp, noise, 0.1, 0.3, True)
+    y.sum().backward()
+    assert torch.pjrt.metrics.fallbacks() == {}
+    y, noise, grad = y.detach().cpu(), noise.cpu(), xp.grad.cpu()
+    scaled = x <= 0
+    assert torch.equal(noise[~scaled], torch.ones_like(noise[~scaled]))  # NaN is not <= 0: slope 1
+    r = noise[scaled]
+    assert ((r >= 0.1) & (r <= 0.3)).all() and r.unique().numel() > 400  # a draw per element
+    torch.testing.assert_close(y, torch.where(scaled, x * noise, x), equal_nan=True)
+    torch.testing.assert_close(grad, noise)  # the backward reads the noise it wrote
+    # In-place, and each call draws afresh from the pjrt generator (seeded: reproducible).
+    torch.pjrt.manual_seed(3)
+    a = F.rrelu(x.to("pjrt"), training=True).cpu()
+    torch.pjrt.manual_seed(3)
+    b = x.to("pjrt")
+    F.rrelu_(b, training=True)
+    torch.testing.assert_close(b.cpu(), a, equal_nan=True)
+    assert not torch.equal(F.rrelu(x.to("pjrt"), training=True).cpu()[1:], a[1:])
+
+
 @pytest.mark.parametrize("size", [0, 3, 7, 30])
 def test_nonzero_static_needs_no_sync(size):
     x = torch.tensor([[0.0, 1.5, 0.0, NAN], [2.0, 0.0, -0.0, 3.0]])

@@ -1,5 +1,6 @@
 // The Bessel functions: i0, i0e, i1, i1e and torch.special's modified_bessel_i0/i1/k0/k1,
-// scaled_modified_bessel_k0/k1, bessel_j0/j1/y0/y1 and spherical_bessel_j0. Each follows torch's CPU
+// scaled_modified_bessel_k0/k1, bessel_j0/j1/y0/y1 and spherical_bessel_j0; and airy_ai (Ai is a
+// Bessel function of order 1/3). Each follows torch's CPU
 // kernel (aten/src/ATen/native/Math.h): the Cephes coefficients and rational or Chebyshev forms
 // below are torch's, evaluated in the same order and type.
 #include <cmath>
@@ -322,6 +323,85 @@ Val SphericalJ0(Emitter& e, const Val& x) {
   return Sel(e, Cmp(e, "EQ", Abs(e, x), K(e, INFINITY, x)), K(e, 0, x), r);
 }
 
+const std::vector<double> kAiryAN = {3.46538101525629032477e-01, 1.20075952739645805542e+01, 7.62796053615234516538e+01,
+                                    1.68089224934630576269e+02, 1.59756391350164413639e+02, 7.05360906840444183113e+01,
+                                    1.40264691163389668864e+01, 9.99999999999999995305e-01};
+const std::vector<double> kAiryAD = {5.67594532638770212846e-01, 1.47562562584847203173e+01, 8.45138970141474626562e+01,
+                                    1.77318088145400459522e+02, 1.64234692871529701831e+02, 7.14778400825575695274e+01,
+                                    1.40959135607834029598e+01, 1.00000000000000000470e+00};
+const std::vector<double> kAiryAFN = {-1.31696323418331795333e-01, -6.26456544431912369773e-01, -6.93158036036933542233e-01,
+                                     -2.79779981545119124951e-01, -4.91900132609500318020e-02, -4.06265923594885404393e-03,
+                                     -1.59276496239262096340e-04, -2.77649108155232920844e-06, -1.67787698489114633780e-08};
+const std::vector<double> kAiryAFD = {1.33560420706553243746e+01, 3.26825032795224613948e+01, 2.67367040941499554804e+01,
+                                     9.18707402907259625840e+00, 1.47529146771666414581e+00, 1.15687173795188044134e-01,
+                                     4.40291641615211203805e-03, 7.54720348287414296618e-05, 4.51850092970580378464e-07};
+const std::vector<double> kAiryAGN = {1.97339932091685679179e-02, 3.91103029615688277255e-01, 1.06579897599595591108e+00,
+                                     9.39169229816650230044e-01, 3.51465656105547619242e-01, 6.33888919628925490927e-02,
+                                     5.85804113048388458567e-03, 2.82851600836737019778e-04, 6.98793669997260967291e-06,
+                                     8.11789239554389293311e-08, 3.41551784765923618484e-10};
+const std::vector<double> kAiryAGD = {9.30892908077441974853e+00, 1.98352928718312140417e+01, 1.55646628932864612953e+01,
+                                     5.47686069422975497931e+00, 9.54293611618961883998e-01, 8.64580826352392193095e-02,
+                                     4.12656523824222607191e-03, 1.01259085116509135510e-04, 1.17166733214413521882e-06,
+                                     4.91834570062930015649e-09};
+constexpr double kInvSqrtPi = 5.64189583547756286948e-01;
+
+// Ai(x) for x < -2.09: the oscillating asymptotic form.
+Val AiryAiNegative(Emitter& e, const Val& x) {
+  Val root = Sqrt(e, Neg(e, x));
+  Val zeta = Div(e, Mul(e, Mul(e, K(e, -2, x), x), root), KDiv(e, 3, x));
+  Val z = Div(e, K(e, 1, x), zeta), zz = Mul(e, z, z);
+  Val f = Add(e, K(e, 1, x), Div(e, Mul(e, zz, Polevl(e, zz, kAiryAFN)), Polevl(e, zz, kAiryAFD)));
+  Val g = Div(e, Mul(e, z, Polevl(e, zz, kAiryAGN)), Polevl(e, zz, kAiryAGD));
+  Val t = Add(e, zeta, K(e, 0.25 * M_PI, x));
+  Val wave = Sub(e, Mul(e, e.Unary("sine", t), f), Mul(e, e.Unary("cosine", t), g));
+  return Mul(e, Div(e, K(e, kInvSqrtPi, x), Sqrt(e, root)), wave);
+}
+
+// Ai(x) for x >= 2.09: the decaying asymptotic form.
+Val AiryAiPositive(Emitter& e, const Val& x) {
+  Val zeta = Div(e, Mul(e, Mul(e, K(e, 2, x), x), Sqrt(e, x)), KDiv(e, 3, x));
+  Val inv = Div(e, K(e, 1, x), zeta);
+  Val ratio = Div(e, Polevl(e, inv, kAiryAN), Polevl(e, inv, kAiryAD));
+  Val scale = Mul(e, Mul(e, K(e, 2, x), Sqrt(e, Sqrt(e, x))), Exp(e, zeta));
+  return Div(e, Mul(e, K(e, kInvSqrtPi, x), ratio), scale);
+}
+
+// Ai(x) for |x| < 2.09: the Maclaurin series f - g, summed until a term is below epsilon.
+Val AiryAiSeries(Emitter& e, const Val& x, const Val& skip) {
+  double eps = x.dtype() == ElementType::kF64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
+  Step step = [eps](Emitter& b, const std::vector<Val>& s, const Val&) {
+    auto one = K(b, 1, s[0]);
+    const Val& z = s[0];
+    Val k = s[3], m = s[4], n = s[5];
+    m = Mul(b, m, z);
+    k = Add(b, k, one);
+    m = Div(b, m, k);
+    n = Mul(b, n, z);
+    k = Add(b, k, one);
+    n = Div(b, n, k);
+    m = Div(b, m, k);
+    Val f = Add(b, s[1], m);
+    k = Add(b, k, one);
+    n = Div(b, n, k);
+    Val g = Add(b, s[2], n);
+    Val above = Cmp(b, "GT", Abs(b, Div(b, m, f)), K(b, eps, f));
+    return std::make_pair(std::vector<Val>{z, f, g, k, m, n}, Not(b, above));
+  };
+  Val one = K(e, 1, x);
+  std::vector<Val> s = IterateUntilDone(e, {Mul(e, Mul(e, x, x), x), one, x, one, one, x}, skip, 1000, step);
+  return Sub(e, Mul(e, K(e, 0.355028053887817239260, x), s[1]), Mul(e, K(e, 0.258819403792806798405, x), s[2]));
+}
+
+// torch's airy_ai_forward (Cephes airy): NaN at +-inf, 0 above 103.892.
+Val AiryAi(Emitter& e, const Val& x) {
+  Val negative = Cmp(e, "LT", x, K(e, -2.09, x)), positive = Cmp(e, "GE", x, K(e, 2.09, x));
+  Val is_inf = Cmp(e, "EQ", Abs(e, x), K(e, INFINITY, x));
+  Val series = AiryAiSeries(e, x, Or(e, Or(e, negative, positive), Or(e, is_inf, IsNan(e, x))));
+  Val r = Sel(e, negative, AiryAiNegative(e, x), Sel(e, positive, AiryAiPositive(e, x), series));
+  r = Sel(e, Cmp(e, "GT", x, K(e, 103.892, x)), K(e, 0, x), r);
+  return Sel(e, is_inf, K(e, NAN, x), r);
+}
+
 using BesselFn = Val (*)(Emitter&, const Val&);
 template <BesselFn kFn>
 std::vector<Val> LowerSpecialBessel(LowerCtx& c) {
@@ -353,6 +433,7 @@ void RegisterBesselOps(Registry& r) {
   r.Add("special_bessel_y0", LowerSpecialBessel<Y0>);
   r.Add("special_bessel_y1", LowerSpecialBessel<Y1>);
   r.Add("special_spherical_bessel_j0", LowerSpecialBessel<SphericalJ0>);
+  r.Add("special_airy_ai", LowerSpecialBessel<AiryAi>);
 }
 
 }  // namespace torch_pjrt::lowering

@@ -216,6 +216,7 @@ const TableData& Data() {
     RegisterSpecialOps(r);
     RegisterPolynomialOps(r);
     RegisterBesselOps(r);
+    RegisterIncompleteGammaOps(r);
     RegisterEmbeddingBagOps(r);
     RegisterComplexOps(r);  // after the ops it wraps
     RegisterForeachOps(r);  // last: it pairs with ops registered before it

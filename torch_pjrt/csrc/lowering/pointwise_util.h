@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cmath>
+#include <functional>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lowering/helpers.h"
@@ -139,6 +141,36 @@ inline Val Polevl(Emitter& e, const Val& x, const std::vector<double>& coeffs) {
     }
   }
   return r;
+}
+
+// One step of an elementwise iteration: the next state and, per element, whether it converged.
+// `n` is the 1-based step number, broadcast to the elements' shape.
+using Step = std::function<std::pair<std::vector<Val>, Val>(Emitter&, const std::vector<Val>& state, const Val& n)>;
+
+// Runs `step` on every element that is not `done` yet, at most `max_steps` times; an element
+// stops changing once it converged. Returns the final state.
+inline std::vector<Val> IterateUntilDone(Emitter& e, std::vector<Val> state, const Val& done, int max_steps, Step step) {
+  Dims all = AllDims(done.rank());
+  size_t k = state.size();
+  std::vector<Val> init = {e.Scalar(0, ElementType::kS64), done};
+  init.insert(init.end(), state.begin(), state.end());
+  auto cond = [all, max_steps](Emitter& b, const std::vector<Val>& w) -> std::vector<Val> {
+    Val more = b.Compare("LT", w[0], b.Scalar(max_steps, ElementType::kS64));
+    Val pending = b.Reduce(b.Unary("not", w[1]), b.Scalar(0, ElementType::kBool), all, "or");
+    return {b.Binary("and", more, pending)};
+  };
+  auto body = [k, step](Emitter& b, const std::vector<Val>& w) -> std::vector<Val> {
+    std::vector<Val> cur(w.begin() + 2, w.end());
+    Val i = b.Binary("add", w[0], b.Scalar(1, ElementType::kS64));
+    Val n = b.BroadcastInDim(b.Convert(i, cur[0].dtype()), cur[0].dims(), {});
+    auto [next, converged] = step(b, cur, n);
+    Val active = b.Unary("not", w[1]);
+    std::vector<Val> out = {i, b.Binary("or", w[1], b.Binary("and", active, converged))};
+    for (size_t j = 0; j < k; ++j) out.push_back(b.Select(active, next[j], cur[j]));
+    return out;
+  };
+  std::vector<Val> r = e.While(init, cond, body);
+  return std::vector<Val>(r.begin() + 2, r.end());
 }
 
 }  // namespace torch_pjrt::lowering::pw
