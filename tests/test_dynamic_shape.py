@@ -196,3 +196,12 @@ def test_triangle_indices_errors_match_cpu():
         torch.tril_indices(-1, 3, device="pjrt")
     with pytest.raises(NotImplementedError):
         torch.triu_indices(3, 3, device="pjrt", dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32], ids=str)
+def test_the_older_unique_op(dtype):
+    # aten::_unique (index_fill's gradient reaches it): sorted whether asked or not, as on the CPU.
+    x = torch.tensor([3, 1, 3, 2, 1, 5], dtype=dtype)
+    for sorted_ in (False, True):
+        for inverse in (False, True):
+            native(lambda t: torch.ops.aten._unique(t, sorted_, inverse), x, expected_syncs=1)

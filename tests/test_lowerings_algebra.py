@@ -388,6 +388,21 @@ def test_qr_householder(dtype):
     run(torch.linalg.qr, [rand(0, 4, 3, dtype=dtype)], ["linalg_qr"], dtype)
 
 
+@pytest.mark.parametrize("dtype", [F32, torch.float64, torch.complex64, torch.complex128], ids=name)
+def test_geqrf_and_ormqr(dtype):
+    # geqrf is the Qr custom call's packed result (LAPACK's convention); ormqr multiplies by the
+    # full square Q of those reflectors, from either side, conjugate-transposed or not.
+    for a in [rand(2, 5, 3, dtype=dtype), rand(2, 3, 5, dtype=dtype, seed=1), rand(4, 4, dtype=dtype, seed=2)]:
+        run(torch.geqrf, [a], ["geqrf"], dtype, scale=10)
+    run(torch.geqrf, [rand(0, 3, dtype=dtype)], ["geqrf"], dtype)
+    for m, n, left in [(5, 3, True), (4, 4, True), (3, 5, False)]:
+        size = m if left else n
+        a, tau = torch.geqrf(rand(2, size, min(size, 3), dtype=dtype, seed=4))
+        c = rand(2, m, n, dtype=dtype, seed=5)
+        for transpose in (False, True):
+            run(lambda a_, t_, c_: torch.ormqr(a_, t_, c_, left, transpose), [a, tau, c], ["ormqr"], dtype, scale=10)
+
+
 def hermitian_from(a, uplo):
     h = a.tril() if uplo == "L" else a.triu()
     h = h + h.mH - torch.diag_embed(h.diagonal(0, -2, -1))

@@ -206,6 +206,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> Unique2Kernel(const at::Tensor& s
       [&] { return Runs(self, "pjrt::count_unique", "pjrt::unique", return_inverse, return_counts); });
 }
 
+// _unique(self, sorted, return_inverse) (the older form, reached from index_fill's gradient):
+// sorted either way, like the CPU kernel.
+std::tuple<at::Tensor, at::Tensor> UniqueKernel(const at::Tensor& self, bool sorted, bool return_inverse) {
+  auto r = WithTorchErrors([&] { return Runs(self, "pjrt::count_unique", "pjrt::unique", return_inverse, false); });
+  return {std::get<0>(r), std::get<1>(r)};
+}
+
 // unique_consecutive(self, return_inverse, return_counts, dim=None): the flattened runs natively;
 // runs of slices along a dim take the CPU path.
 void UniqueConsecutiveKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -307,6 +314,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("masked_select", &MaskedSelectKernel);
   m.impl("masked_select.out", &MaskedSelectOutKernel);
   m.impl("_unique2", &Unique2Kernel);
+  m.impl("_unique", &UniqueKernel);
   m.impl("unique_consecutive", torch::CppFunction::makeFromBoxedFunction<&UniqueConsecutiveKernel>());
   m.impl("bincount", &BincountKernel);
   m.impl("repeat_interleave.Tensor", &RepeatInterleaveKernel);

@@ -101,6 +101,18 @@ void GradientLikeSelfMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* resul
   results->push_back(MetaLike(self, self.sizes()));
 }
 
+// geqrf(self) -> (a, tau [..., min(m, n)]), with CPU's checks.
+void GeqrfMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& self = a[0].toTensor();
+  TORCH_CHECK(self.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()) || at::isComplexType(self.scalar_type()),
+              "torch.geqrf: Expected a floating point or complex tensor as input. Got ", self.scalar_type());
+  std::vector<int64_t> tau(self.sizes().begin(), self.sizes().end() - 1);
+  tau.back() = std::min(self.size(-2), self.size(-1));
+  results->push_back(MetaLike(self, self.sizes()));
+  results->push_back(MetaLike(self, tau));
+}
+
 // upsample_bilinear2d / upsample_bicubic2d / their _aa forms (self, output_size, align_corners,
 // scales_h, scales_w): torch's uint8 kernels compute with int16 fixed-point weights (an AVX2 path
 // and a generic one), which the lowering does not reproduce; uint8 inputs take the CPU path.
@@ -128,6 +140,7 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::__rshift__.Scalar", &ShiftScalarMeta},
       {"aten::fractional_max_pool3d_backward", &GradientLikeSelfMeta},
       {"aten::multi_margin_loss_backward", &GradientLikeSelfMeta},
+      {"aten::geqrf", &GeqrfMeta},
       {"aten::upsample_bilinear2d", &Upsample2dMeta<&at::upsample_bilinear2d>},
       {"aten::upsample_bicubic2d", &Upsample2dMeta<&at::upsample_bicubic2d>},
       {"aten::_upsample_bilinear2d_aa", &Upsample2dMeta<&at::_upsample_bilinear2d_aa>},

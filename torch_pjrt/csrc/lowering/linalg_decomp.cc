@@ -6,7 +6,7 @@
 //   linalg_inv_ex (and, in aten/linalg_kernels.cc, _linalg_det and _linalg_slogdet on top of them);
 //   QR (XLA's "Qr" and "ProductOfElementaryHouseholderReflectors" custom calls, expanded by the
 //   compiler into blocked Householder code with LAPACK's sign conventions): linalg_qr,
-//   linalg_householder_product;
+//   linalg_householder_product, geqrf (Qr's own packed result), ormqr;
 //   symmetric eigendecomposition (XLA's "Eigh" custom call: Jacobi sweeps): _linalg_eigh.
 // Batches are flattened to one leading dim where the algorithm needs explicit batch indices.
 // `check_errors=True` is not honored inside the graph: the info outputs are computed, and the
@@ -546,6 +546,38 @@ std::vector<Val> LowerQr(LowerCtx& c) {
   return {HouseholderProduct(e, vs, taus), rr};
 }
 
+// geqrf(A) -> (a, tau): LAPACK's packed QR (R on and above the diagonal, the Householder vectors
+// below it), which is what XLA's Qr custom call computes.
+std::vector<Val> LowerGeqrf(LowerCtx& c) {
+  Val a = ConvertTo(c.e, c.tensor(0), c.out(0).dtype);
+  if (a.numel() == 0 || c.out(1).dims.back() == 0) return {a, c.e.Full(0, c.out(1))};
+  std::vector<Val> qr = c.e.CustomCall("Qr", {a}, {a.type, c.out(1)});
+  return {qr[0], qr[1]};
+}
+
+// ormqr(A, tau, C, left=True, transpose=False) -> Q C, Q^H C, C Q or C Q^H, with Q = H_1 ... H_k
+// the full square product of A's Householder reflectors (A's columns padded with zeros to Q's
+// size: the missing reflectors are the identity).
+std::vector<Val> LowerOrmqr(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = c.out().dtype;
+  Val a = ConvertTo(e, c.tensor(0), t), tau = ConvertTo(e, c.tensor(1), t), other = ConvertTo(e, c.tensor(2), t);
+  bool left = c.bool_arg(3, true), transpose = c.bool_arg(4, false);
+  int64_t r = a.rank(), size = a.dims()[r - 2], k = a.dims()[r - 1];
+  if (other.numel() == 0) return {e.Full(0, c.out())};
+  Dims qdims = a.dims();
+  qdims[r - 1] = size;
+  Val q = Identity(e, TensorType{t, qdims});
+  if (k > 0 && tau.dims().back() > 0) {
+    Dims lo(r, 0), hi(r, 0), in(r, 0);
+    hi[r - 1] = size - k;
+    Val square = k == size ? a : e.Pad(a, e.Scalar(0, t), lo, hi, in);
+    q = HouseholderProduct(e, square, tau);
+  }
+  if (transpose) q = Adjoint(e, q);
+  return {left ? BatchMatmul(e, q, other) : BatchMatmul(e, other, q)};
+}
+
 // _linalg_eigh(A, UPLO="L", compute_v=True) -> (eigenvalues, eigenvectors), eigenvalues ascending.
 // Frobenius norm over the two innermost dims: [...].
 Val FrobeniusNorm(Emitter& e, const Val& x) {
@@ -634,6 +666,8 @@ void RegisterLinalgDecompositionOps(Registry& r) {
   r.Add("linalg_inv_ex", LowerInvEx);
   r.Add("linalg_householder_product", LowerHouseholderProduct);
   r.Add("linalg_qr", LowerQr);
+  r.Add("geqrf", LowerGeqrf);
+  r.Add("ormqr", LowerOrmqr);
   r.Add("_linalg_eigh", LowerEigh);
 }
 
