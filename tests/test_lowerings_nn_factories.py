@@ -316,9 +316,42 @@ def test_multi_margin_loss(p, reduction, weighted):
 
 
 def test_multi_margin_loss_target_out_of_range_raises_at_the_next_sync():
+    # CPU's error type and words (a RuntimeError, not an IndexError), found when the graph runs.
     x, y = torch.randn(3, 4, device="pjrt"), torch.tensor([0, 4, 1], device="pjrt")
     loss = F.multi_margin_loss(x, y)
-    with pytest.raises(IndexError, match="index 4 is out of bounds"):
+    with pytest.raises(RuntimeError, match="target out of range"):
+        loss.item()
+
+
+MULTILABEL_TARGETS = [
+    torch.tensor([[3, 0, -1, 1, 2], [0, 1, 2, 3, 4], [-1, 1, 2, 3, 4]]),  # lists end at the first -1
+    torch.tensor([[1, 1, 1, 1, 1], [2, -1, 4, 4, 4], [4, 3, 3, -1, -1]]),  # repeats, entries after -1
+]
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_multilabel_margin_loss(reduction, dtype):
+    fn = lambda a, b: F.multilabel_margin_loss(a, b, reduction=reduction)
+    for y in MULTILABEL_TARGETS:
+        x = make((3, 5), dtype)  # with NaN and infinities
+        check(fn, (x, y), ["multilabel_margin_loss_forward"], dtype)
+        check_grad(lambda a: fn(a, y.to(a.device)), (make((3, 5), torch.float64, special=False),),
+                   ["multilabel_margin_loss_backward"])
+    # A 1-d input (0-d loss for every reduction) and a 0-d one.
+    check(fn, (torch.randn(5, dtype=dtype), torch.tensor([4, 4, 1, -1, 2])), ["multilabel_margin_loss_forward"], dtype)
+    y = torch.tensor([4, 0, -1, 1, 2])
+    check_grad(lambda a: fn(a, y.to(a.device)), (torch.randn(5, dtype=torch.float64),), ["multilabel_margin_loss_backward"])
+    check(fn, (torch.tensor(0.3, dtype=dtype), torch.tensor(0)), ["multilabel_margin_loss_forward"], dtype)
+
+
+@pytest.mark.parametrize("target", [[[5, -1, 0]], [[1, -2, 0]]], ids=["above", "below_minus_one"])
+def test_multilabel_margin_loss_target_out_of_range_raises_like_cpu(target):
+    x, y = torch.randn(1, 3), torch.tensor(target)
+    with pytest.raises(RuntimeError, match="'target' is out of range"):
+        F.multilabel_margin_loss(x, y)
+    loss = F.multilabel_margin_loss(x.to("pjrt"), y.to("pjrt"))
+    with pytest.raises(RuntimeError, match="'target' is out of range"):
         loss.item()
 
 

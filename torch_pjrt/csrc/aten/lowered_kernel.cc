@@ -462,7 +462,8 @@ Arg RandomState(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const M
 struct IndexBound {
   int input;
   int64_t lo, hi;
-  std::string what;
+  std::string what;           // the bound, for an IndexError
+  std::string runtime_error;  // non-empty: raise RuntimeError(this) instead
 };
 
 // The index inputs of an op with index_checks (lowering table) and their bounds, from the
@@ -487,7 +488,8 @@ std::vector<IndexBound> IndexBounds(const OpSignature& sig, const NodeBuilder& b
                               ? std::to_string(size) + " elements"
                               : "dimension " + std::to_string(dim) + " with size " + std::to_string(size);
       std::string what = bound + " in " + sig.name + (where.empty() ? "" : ", traced at " + where);
-      bounds.push_back(IndexBound{input, spec.negative_wraps ? -size : 0, size, std::move(what)});
+      bounds.push_back(
+          IndexBound{input, spec.negative_wraps ? -size : spec.lowest, size, std::move(what), spec.runtime_error});
     };
     if (a.kind == ArgKind::kTensor) {
       add(static_cast<int>(a.payload), 0);
@@ -585,7 +587,11 @@ class LoweredKernel final : public c10::OperatorKernel {
       values = graph::MakeOp(sig.lowering, device, b.inputs, std::move(b.args), std::move(b.pool),
                              std::move(out_types));
       for (IndexBound& bound : bounds) {
-        graph::AddIndexCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, std::move(bound.what));
+        if (bound.runtime_error.empty()) {
+          graph::AddIndexCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, std::move(bound.what));
+        } else {
+          graph::AddValueRangeCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, bound.runtime_error);
+        }
       }
       for (const lowering::UnitIntervalArgSpec& spec : sig.unit_interval_checks) {
         const Arg& a = b.args[spec.arg];

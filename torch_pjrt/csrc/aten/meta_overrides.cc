@@ -95,10 +95,29 @@ void ShiftScalarMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
 
 // Backward ops without a Meta kernel in torch whose gradient has self's shape and dtype (self is
 // argument 1): fractional_max_pool3d_backward(grad_output, self, ...),
-// multi_margin_loss_backward(grad_output, self, target, ...).
+// multi_margin_loss_backward(grad_output, self, target, ...),
+// multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target).
 void GradientLikeSelfMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   const at::Tensor& self = a[1].toTensor();
   results->push_back(MetaLike(self, self.sizes()));
+}
+
+// multilabel_margin_loss_forward(self, target, reduction) -> (output, is_target): torch's Meta
+// kernel gives a 1-d input's unreduced loss the shape [1]; the CPU kernel returns a 0-d loss
+// whenever the target has at most one dim. CPU's shape checks.
+void MultilabelMarginLossMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& self = a[0].toTensor();
+  const at::Tensor& target = a[1].toTensor();
+  int64_t dims = self.dim();
+  bool valid = (dims == 2 && self.size(1) != 0) || (dims == 1 && self.size(0) != 0) || dims == 0;
+  TORCH_CHECK(valid, "Expected non-empty vector or matrix with optional 0-dim batch size, but got: ", self.sizes());
+  int64_t frames = dims == 2 ? self.size(0) : 1, classes = dims == 0 ? 1 : self.size(-1);
+  bool consistent = dims <= 1 ? target.dim() <= 1 && target.numel() == classes
+                              : target.dim() == 2 && target.size(0) == frames && target.size(1) == classes;
+  TORCH_CHECK(consistent, "inconsistent size ", target.sizes(), " for argument #2 'target'");
+  bool scalar = a[2].toInt() != 0 || target.dim() <= 1;
+  results->push_back(scalar ? MetaLike(self, {}) : MetaLike(self, {frames}));
+  results->push_back(MetaLike(self, target.sizes()));
 }
 
 // geqrf(self) -> (a, tau [..., min(m, n)]), with CPU's checks.
@@ -140,7 +159,9 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::__rshift__.Scalar", &ShiftScalarMeta},
       {"aten::fractional_max_pool3d_backward", &GradientLikeSelfMeta},
       {"aten::multi_margin_loss_backward", &GradientLikeSelfMeta},
+      {"aten::multilabel_margin_loss_backward", &GradientLikeSelfMeta},
       {"aten::geqrf", &GeqrfMeta},
+      {"aten::multilabel_margin_loss_forward", &MultilabelMarginLossMeta},
       {"aten::upsample_bilinear2d", &Upsample2dMeta<&at::upsample_bilinear2d>},
       {"aten::upsample_bicubic2d", &Upsample2dMeta<&at::upsample_bicubic2d>},
       {"aten::_upsample_bilinear2d_aa", &Upsample2dMeta<&at::_upsample_bilinear2d_aa>},

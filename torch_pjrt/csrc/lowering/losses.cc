@@ -132,6 +132,78 @@ std::vector<Val> LowerMultiMarginLossBackward(LowerCtx& c) {
   return {Done(c, e.Reshape(Mul(e, grad, incoming), c.out().dims))};
 }
 
+// The terms of multilabel_margin_loss (self, target [, is_target]): x [N, C]; per (n, j) whether
+// target j counts (it precedes the row's first negative entry) and which class it names; per
+// (n, d) whether d is a target; per (n, j, d) the hinge z = 1 - x[target_j] + x[d] and whether it
+// counts (j counts, d is not a target, z > 0).
+struct MultilabelTerms {
+  Val x, valid, names, is_target, z, active;
+  int64_t frames, classes;
+};
+MultilabelTerms Multilabel(LowerCtx& c, size_t self_i, size_t target_i, int is_target_i, ElementType t) {
+  Emitter& e = c.e;
+  Val self = c.tensor(self_i);
+  int64_t n = self.rank() == 2 ? self.dims()[0] : 1, classes = self.rank() == 0 ? 1 : self.dims().back();
+  Val x = e.Reshape(e.Convert(self, t), {n, classes});
+  Val target = e.Reshape(e.Convert(c.tensor(target_i), ElementType::kS64), {n, classes});
+  // Negative entries so far along each row: a target counts while there are none.
+  Val negative = e.Convert(Cmp(e, "LT", target, e.Full(0, target.type)), ElementType::kS64);
+  auto add = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("add", a[0], a[1])}; };
+  Val seen = e.ReduceWindow({negative}, {e.Scalar(0, ElementType::kS64)}, {1, classes}, {1, 1}, {1, 1}, {1, 1},
+                            {{0, 0}, {classes - 1, 0}}, add)[0];
+  Val valid = Cmp(e, "EQ", seen, e.Full(0, seen.type));
+  Dims cube{n, classes, classes};  // [frame, target j, class d]
+  Val class_d = e.Iota(TensorType{ElementType::kS64, cube}, 2);
+  Val names = And(e, Cmp(e, "EQ", e.BroadcastInDim(target, cube, {0, 1}), class_d), e.BroadcastInDim(valid, cube, {0, 1}));
+  Val is_target = is_target_i >= 0
+      ? Cmp(e, "NE", e.Reshape(c.tensor(is_target_i), {n, classes}), e.Full(0, TensorType{c.tensor(is_target_i).dtype(), {n, classes}}))
+      : e.Reduce(names, e.Scalar(0, ElementType::kBool), {1}, "or");
+  Val x_d = e.BroadcastInDim(x, cube, {0, 2});
+  Val x_target = SumDims(e, Sel(e, names, x_d, K(e, 0, x_d)), {2}, t);  // x[target_j], 0 where j does not count
+  Val z = Add(e, Sub(e, K(e, 1, x_d), e.BroadcastInDim(x_target, cube, {0, 1})), x_d);
+  Val active = And(e, And(e, e.BroadcastInDim(valid, cube, {0, 1}), Not(e, e.BroadcastInDim(is_target, cube, {0, 2}))),
+                   Cmp(e, "GT", z, K(e, 0, z)));
+  return {x, valid, names, is_target, z, active, n, classes};
+}
+
+// multilabel_margin_loss_forward(self, target, reduction) -> (output, is_target): per frame the
+// sum of the counting hinges over C; the mean divides the total by N C as well. A 1-d input gives
+// a 0-d output for every reduction, like the CPU kernel.
+std::vector<Val> LowerMultilabelMarginLoss(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = Opmath(c.out(0).dtype);
+  MultilabelTerms m = Multilabel(c, 0, 1, -1, t);
+  Val per_frame = SumDims(e, Sel(e, m.active, m.z, K(e, 0, m.z)), {1, 2}, t);
+  per_frame = Div(e, per_frame, K(e, static_cast<double>(m.classes), per_frame));
+  int64_t reduction = c.int_arg(2, kMean);
+  Val is_target = e.Reshape(e.Convert(m.is_target, c.out(1).dtype), c.out(1).dims);
+  if (reduction == kNone) return {Done(c, e.Reshape(per_frame, c.out(0).dims)), is_target};
+  Val total = SumDims(e, per_frame, {0}, t);
+  if (reduction == kMean) total = Div(e, total, K(e, static_cast<double>(m.frames), total));
+  return {Done(c, total), is_target};
+}
+
+// multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target): each counting
+// hinge (n, j, d) adds g to x[d] and -g to x[target_j], g = 1/C (1/(N C) for a mean), times the
+// incoming gradient (per frame without reduction).
+std::vector<Val> LowerMultilabelMarginLossBackward(LowerCtx& c) {
+  Emitter& e = c.e;
+  ElementType t = Opmath(c.out().dtype);
+  MultilabelTerms m = Multilabel(c, 1, 2, 4, t);
+  int64_t reduction = c.int_arg(3, kMean);
+  double g = 1.0 / static_cast<double>(m.classes * (reduction == kMean ? m.frames : 1));
+  Val counts = e.Convert(m.active, t);
+  Val as_class = SumDims(e, counts, {1}, t);                                   // [N, C]: hinges with d = k
+  Val per_target = e.BroadcastInDim(SumDims(e, counts, {2}, t), counts.dims(), {0, 1});  // hinges of target j
+  Val as_target = SumDims(e, Sel(e, m.names, per_target, K(e, 0, per_target)), {1}, t);
+  Val grad = Mul(e, Sub(e, as_class, as_target), K(e, g, as_class));
+  Val incoming = e.Convert(c.tensor(0), t);
+  bool per_frame = reduction == kNone && incoming.rank() > 0;
+  incoming = per_frame ? e.BroadcastInDim(e.Reshape(incoming, {m.frames}), grad.dims(), {0})
+                       : e.BroadcastTo(e.Reshape(incoming, {}), grad.dims());
+  return {Done(c, e.Reshape(Mul(e, grad, incoming), c.out().dims))};
+}
+
 // smooth_l1_loss(self, target, reduction=1, beta=1.0): 0.5 z^2 / beta below beta, z - beta / 2
 // above (z = |self - target|); beta = 0 is the L1 loss.
 std::vector<Val> LowerSmoothL1Loss(LowerCtx& c) {
@@ -199,15 +271,20 @@ void RegisterLossOps(Registry& r) {
       {1, "all elements of target should be between 0 and 1"}};
   r.Add("binary_cross_entropy_backward", LowerBinaryCrossEntropyBackward);
   // The target holds class indices: checked against the number of classes (self's last dim).
-  IndexArgSpec classes{1, 0, -1, -1, false, IndexArgSpec::Bound::kLastDim};
+  IndexArgSpec classes{1, 0, -1, -1, false, IndexArgSpec::Bound::kLastDim, 0, "target out of range"};
   // p chooses the formula (1 or 2, torch's check): structural.
   OpLowering& margin = r.Add("multi_margin_loss", LowerMultiMarginLoss);
   margin.index_checks = {classes};
   margin.structural_scalars = {2};
-  IndexArgSpec backward_classes{2, 1, -1, -1, false, IndexArgSpec::Bound::kLastDim};
+  IndexArgSpec backward_classes{2, 1, -1, -1, false, IndexArgSpec::Bound::kLastDim, 0, "target out of range"};
   OpLowering& margin_backward = r.Add("multi_margin_loss_backward", LowerMultiMarginLossBackward);
   margin_backward.index_checks = {backward_classes};
   margin_backward.structural_scalars = {3};
+  // Targets are classes or -1 (the end of a row's list).
+  r.Add("multilabel_margin_loss_forward", LowerMultilabelMarginLoss).index_checks = {
+      IndexArgSpec{1, 0, -1, -1, false, IndexArgSpec::Bound::kLastDim, -1, "argument #2 'target' is out of range"}};
+  r.Add("multilabel_margin_loss_backward", LowerMultilabelMarginLossBackward).index_checks = {
+      IndexArgSpec{2, 1, -1, -1, false, IndexArgSpec::Bound::kLastDim, -1, "argument #3 'target' is out of range"}};
   r.Add("smooth_l1_loss", LowerSmoothL1Loss);
   r.Add("smooth_l1_loss_backward", LowerSmoothL1LossBackward);
   r.Add("huber_loss", LowerHuberLoss);

@@ -83,6 +83,10 @@ struct IndexArgSpec {
   // What bounds the indices when size_arg is not given: the source's dimension (dim_arg, or the
   // list position), its last dimension (class indices), or its element count (flat indices).
   enum class Bound : uint8_t { kDim, kLastDim, kNumel } bound = Bound::kDim;
+  int64_t lowest = 0;  // the smallest valid index without negative_wraps (-1: multilabel targets)
+  // Non-empty: an index out of range raises RuntimeError(runtime_error), as torch's CPU kernel
+  // words it (class targets), instead of an IndexError naming the bound.
+  std::string runtime_error;
 };
 
 // A tensor argument whose values must lie in [0, 1] (binary_cross_entropy's input and target):
