@@ -597,3 +597,16 @@ def test_embedding_bag_index_out_of_range_raises_at_the_next_sync():
     out = F.embedding_bag(torch.tensor([1, 5], device="pjrt"), w, torch.tensor([0], device="pjrt"))
     with pytest.raises(IndexError, match="index 5 is out of bounds"):
         out.cpu()
+
+
+# ------------------------------------------------------------------------------ hash_tensor
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.int64, torch.float16, torch.float32, torch.float64],
+                         ids=str)
+def test_hash_tensor(dtype):
+    # The xor of 64-bit patterns after widening (floats to double: NaN, -0.0 and inf included;
+    # integers sign-extended), over all dims or some, with keepdim.
+    x = make((3, 4), dtype) if dtype.is_floating_point else torch.tensor([[-1, 2, 3, 0], [5, -7, 1, 1], [0, 0, 1, -128]]).to(dtype)
+    check(torch.hash_tensor, (x,), ["hash_tensor"], exact=True)
+    check(lambda t: torch.hash_tensor(t, dim=1, keepdim=True), (x,), ["hash_tensor"], exact=True)
+    check(lambda t: torch.hash_tensor(t, dim=(0,)), (x,), ["hash_tensor"], exact=True)

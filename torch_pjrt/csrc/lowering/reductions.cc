@@ -79,6 +79,20 @@ std::vector<Val> LowerAmaxAmin(LowerCtx& c, bool max) {  // amax(self, dim=[], k
   return {Finish(c, ReduceMax(c.e, x, dims, max), x, dims, c.bool_arg(2, false))};
 }
 std::vector<Val> LowerAmax(LowerCtx& c) { return LowerAmaxAmin(c, true); }
+
+// hash_tensor(self, dim=[], keepdim=False, mode=0): the xor of the elements' 64-bit patterns, each
+// element widened first (floats to double, integers and bool to int64), like the CPU kernel.
+std::vector<Val> LowerHashTensor(LowerCtx& c) {
+  Emitter& e = c.e;
+  int64_t mode = c.int_arg(3, 0);
+  if (mode != 0) throw std::runtime_error("Unknown hash_tensor mode: " + std::to_string(mode));
+  Val x = c.tensor(0);
+  ElementType wide = IsFloating(x.dtype()) ? ElementType::kF64
+                     : x.dtype() == ElementType::kU64 ? ElementType::kU64 : ElementType::kS64;
+  Val bits = e.BitcastConvert(e.Convert(x, wide), TensorType{ElementType::kU64, x.dims()});
+  Dims dims = ReduceDims(c, 1, x.rank());
+  return {Finish(c, e.Reduce(bits, e.Scalar(0, ElementType::kU64), dims, "xor"), x, dims, c.bool_arg(2, false))};
+}
 std::vector<Val> LowerAmin(LowerCtx& c) { return LowerAmaxAmin(c, false); }
 // torch's checks for empty inputs, which the Meta kernels skip (raised when the graph runs).
 void CheckNonEmptyAll(const Val& x, const char* name) {
@@ -378,6 +392,7 @@ void RegisterReductionOps(Registry& r) {
   r.Add("mean.dim", LowerMeanDim);
   r.Add("mean", LowerMean);
   r.Add("amax", LowerAmax);
+  r.Add("hash_tensor", LowerHashTensor);
   r.Add("amin", LowerAmin);
   r.Add("max", LowerMaxAll);
   r.Add("min", LowerMinAll);
