@@ -502,6 +502,39 @@ def test_batch_norm(training):
     check(f, [x, w, b, rm, rv], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_internal_forms_and_their_out_variants(affine):
+    # _batch_norm_with_update (torch's Meta kernel fails without a weight: ours stands in) and the
+    # out= forms of it and _native_batch_norm_legit (written by hand: torch has no Meta kernel).
+    aten = torch.ops.aten
+    x = make((4, 3, 5), torch.float32)
+    w, b = (make((3,), torch.float32, 0.5, 1.5, seed=2), make((3,), torch.float32, seed=3)) if affine else (None, None)
+
+    def stats():
+        return make((3,), torch.float32, seed=4), make((3,), torch.float32, 0.5, 2, seed=5)
+
+    def with_update(x, w, b, rm, rv):
+        rm, rv = rm.clone(), rv.clone()  # the CPU run must not change the pjrt run's inputs
+        return aten._batch_norm_with_update(x, w, b, rm, rv, 0.1, 1e-5) + (rm, rv)
+
+    def with_update_out(x, w, b, rm, rv):
+        rm, rv = rm.clone(), rv.clone()
+        outs = [torch.empty(0, device=x.device) for _ in range(3)] + [torch.empty(0, dtype=torch.uint8, device=x.device)]
+        aten._batch_norm_with_update.out(x, w, b, rm, rv, 0.1, 1e-5, out=outs[0], save_mean=outs[1],
+                                         save_invstd=outs[2], reserve=outs[3])
+        return outs + [rm, rv]
+
+    def legit_out(x, w, b, rm, rv):
+        rm, rv = rm.clone(), rv.clone()
+        outs = [torch.empty(0, device=x.device) for _ in range(3)]
+        aten._native_batch_norm_legit.out(x, w, b, rm, rv, True, 0.1, 1e-5, out=outs[0], save_mean=outs[1],
+                                          save_invstd=outs[2])
+        return outs + [rm, rv]
+
+    for fn in (with_update, with_update_out, legit_out):
+        check(fn, [x, w, b, *stats()], atol=1e-5, rtol=1e-5)
+
+
 def test_layer_norm_and_group_norm():
     x = make((4, 6, 8), torch.float32)
 

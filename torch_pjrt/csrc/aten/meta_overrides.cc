@@ -120,6 +120,19 @@ void MultilabelMarginLossMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* r
   results->push_back(MetaLike(self, target.sizes()));
 }
 
+// _batch_norm_with_update(input, weight?, bias?, running_mean, running_var, momentum, eps) ->
+// (output, save_mean [C], save_invstd [C], reserve [0] uint8): torch's Meta kernel fails without
+// a weight (its backend selection rejects None), as in BatchNorm(affine=False).
+void BatchNormWithUpdateMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& input = a[0].toTensor();
+  TORCH_CHECK(input.dim() >= 2, "batch_norm: expected at least 2 dims (N, C, ...), got ", input.dim());
+  c10::ScalarType stat_type = input.scalar_type();  // as the CPU kernel's, even for bfloat16
+  results->push_back(MetaLike(input, input.sizes()));
+  results->push_back(at::empty({input.size(1)}, input.options().dtype(stat_type).device(c10::kMeta)));
+  results->push_back(at::empty({input.size(1)}, input.options().dtype(stat_type).device(c10::kMeta)));
+  results->push_back(at::empty({0}, input.options().dtype(c10::kByte).device(c10::kMeta)));
+}
+
 // geqrf(self) -> (a, tau [..., min(m, n)]), with CPU's checks.
 void GeqrfMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   const at::Tensor& self = a[0].toTensor();
@@ -161,6 +174,7 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::multi_margin_loss_backward", &GradientLikeSelfMeta},
       {"aten::multilabel_margin_loss_backward", &GradientLikeSelfMeta},
       {"aten::geqrf", &GeqrfMeta},
+      {"aten::_batch_norm_with_update", &BatchNormWithUpdateMeta},
       {"aten::multilabel_margin_loss_forward", &MultilabelMarginLossMeta},
       {"aten::upsample_bilinear2d", &Upsample2dMeta<&at::upsample_bilinear2d>},
       {"aten::upsample_bicubic2d", &Upsample2dMeta<&at::upsample_bicubic2d>},

@@ -53,7 +53,12 @@ std::vector<c10::OperatorHandle> FindVariants(const c10::OperatorHandle& functio
     for (size_t i = 0; i < args.size() && same; ++i) same = SameArgument(args[i], fs.arguments()[i]);
     if (same) out.push_back(*inplace);
   }
-  // Out variants: same name, the functional arguments followed by written out= arguments.
+  // Out variants: same name, the functional arguments followed by written out= arguments. Not
+  // for functional ops that write arguments themselves (_native_batch_norm_legit's running
+  // stats): torch has no Meta kernel for their out= forms, written by hand (generic_kernels.cc).
+  for (const c10::Argument& a : fs.arguments()) {
+    if (IsWritten(a)) return out;
+  }
   static const auto* overloads = [] {
     auto* index = new std::unordered_map<std::string, std::vector<c10::OperatorName>>();
     for (const c10::OperatorName& n : c10::Dispatcher::singleton().getAllOpNames()) {
