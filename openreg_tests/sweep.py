@@ -207,6 +207,10 @@ def ranked_fallbacks(ops):
 
 
 def fallback_reason(aten_op, functional):
+    from torch_pjrt import unlowered
+    known = unlowered.reason(aten_op)
+    if known:
+        return known
     base = aten_op.split("::", 1)[-1]
     same = [s for s in functional if s.split(".")[0] == base]
     if not same:
@@ -259,6 +263,40 @@ def summary_lines(data):
             "failing cases: " + ", ".join(f"{k} {v}" for k, v in t["failing_cases_by_class"].items())
             + f"; by design {t['failing_cases_by_design']}",
             f"distinct ops falling back to the CPU: {t['fallback_ops']}"]
+
+
+README_BEGIN = "<!-- ops-summary: written by openreg_tests/sweep.py from docs/ops.json -->"
+README_END = "<!-- /ops-summary -->"
+
+
+def readme_summary(data):
+    """The README's coverage table: the report's headline numbers."""
+    t, meta = data["totals"], data["meta"]
+    L = [README_BEGIN, "",
+         f"OpInfo sweep of commit `{meta['commit']}` ({meta['date']}, torch {meta['torch']}, `{meta['plugin']}` "
+         "sub-plugin): every OpInfo of PyTorch's `op_db`, every dtype it supports, compared with CPU eager. "
+         "*Native* means no CPU fallback.", "",
+         "| cases | compared | match CPU | native |", "|---|---|---|---|"]
+    for name, key in [("forward, float32", "forward_float32"), ("forward, every dtype", "forward"),
+                      ("extremal values", "extremal"), ("in-place", "inplace"), ("out=", "out"),
+                      ("gradients", "grad"), ("all kinds", "all_kinds")]:
+        c = t[key]
+        L.append(f"| {name} | {c['total']} | {pct(c['match'], c['total']):.1f}% | {pct(c['native'], c['total']):.1f}% |")
+    L += ["", f"{t['opinfos_all_native']} of {t['opinfos']} OpInfos run natively in every case; "
+          f"{t['fallback_ops']} distinct ATen ops still fall back somewhere, each listed with its reason in "
+          f"[docs/ops.md](docs/ops.md); {t['lowered_functional']} ATen schemas are lowered.", "", README_END]
+    return "\n".join(L)
+
+
+def update_readme(data, path=os.path.join(ROOT, "README.md")):
+    with open(path) as f:
+        text = f.read()
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < 0:
+        print(f"note: {path} has no {README_BEGIN!r} block; not updated")
+        return
+    with open(path, "w") as f:
+        f.write(text[:begin] + readme_summary(data) + text[end + len(README_END):])
 
 
 def render_md(data):
@@ -576,6 +614,8 @@ def main(argv=None):
         data["totals"] = totals(data["ops"], data["lowering"])  # the report's numbers come from the results
         with open(md_path or os.path.join(ROOT, "docs", "ops.md"), "w") as f:
             f.write(render_md(data))
+        if not args.md:
+            update_readme(data)
         print("\n".join(summary_lines(data)))
         return 0
 
@@ -650,6 +690,8 @@ def main(argv=None):
     if md_path:
         with open(md_path, "w") as f:
             f.write(render_md(data))
+    if not subset and not args.md:
+        update_readme(data)
     if subset and not args.quiet:
         for key, rec in ops.items():
             for kind, cases in rec["cases"].items():

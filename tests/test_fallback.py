@@ -52,3 +52,21 @@ def test_fallback_writes_back_into_views():
     assert c["FallbackOps"] == 1
     torch.testing.assert_close(x.cpu()[1, :3], torch.linalg.svdvals(m))
     assert torch.equal(x.cpu()[0], a[0]) and torch.equal(x.cpu()[2:], a[2:]) and x.cpu()[1, 3] == a[1, 3]
+
+
+def test_every_known_fallback_really_has_no_native_kernel():
+    # torch_pjrt.unlowered is the list of ops that take the CPU path on purpose or for now; an op
+    # that gains a lowering must leave it (or move to PARTLY_LOWERED, where some arguments still do).
+    from torch_pjrt import unlowered
+    for op in unlowered.REASONS:
+        packet = getattr(torch.ops.aten, op.split("::")[1])
+        names = [op if o == "default" else f"{op}.{o}" for o in packet.overloads()]
+        has_kernel = any(torch._C._dispatch_has_kernel_for_dispatch_key(n, "PrivateUse1") for n in names)
+        assert has_kernel == (op in unlowered.PARTLY_LOWERED), op
+
+
+def test_report_says_why_a_known_fallback_runs_on_the_cpu():
+    torch.pjrt.metrics.reset()
+    torch.linalg.svdvals(torch.rand(3, 3).to("pjrt"))
+    line = next(ln for ln in torch.pjrt.metrics.report().splitlines() if "aten::_linalg_svd" in ln)
+    assert "SVD: StableHLO has no such op" in line

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from . import _C
+from . import _C, unlowered
 
 __all__ = ["counters", "timers", "counter", "fallbacks", "lowered", "syncs", "dynamo", "collectives",
            "report", "reset"]
@@ -96,7 +96,8 @@ def report() -> str:
     fb = fallbacks()
     lines.append("  CPU fallbacks:" + ("" if fb else " none"))
     for name, v in sorted(fb.items(), key=lambda kv: -kv[1]):
-        lines.append(f"    {name:<28} {v}")
+        why = unlowered.reason(name)
+        lines.append(f"    {name:<28} {v}" + (f"  ({why})" if why else ""))
     lines.append("  timers (count, total, max):")
     for name, (count, total, mx) in sorted(timers().items()):
         if count:

@@ -1,0 +1,56 @@
+"""Why an ATen op still runs on the CPU on pjrt: one entry per op the OpInfo sweep sees fall back.
+
+The one list of known fallbacks and their reasons. ``torch.pjrt.metrics.report()`` prints the
+reason next to a fallback's count, and docs/ops.md (``openreg_tests/sweep.py``) shows it in its
+ranking of fallbacks; tests/test_fallback.py checks that every op named here really has no native
+kernel (so the list cannot go stale as lowerings land). An op missing from this list that falls
+back is a gap, not a decision.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+_NO_XLA_DECOMPOSITION = ("StableHLO has no such op and the XLA:CPU plugin expands no custom call for it (it ships "
+                         "no LAPACK); a Jacobi implementation of our own is future work")
+
+REASONS: Dict[str, str] = {
+    # Linear algebra XLA cannot compute on this plugin.
+    "aten::_linalg_svd": "SVD: " + _NO_XLA_DECOMPOSITION + ". svd, svdvals, pinv, matrix_rank, cond, the nuclear "
+                         "and 2-norms and lstsq's gelsd driver reach it",
+    "aten::linalg_eig": "general (non-Hermitian) eigendecomposition: " + _NO_XLA_DECOMPOSITION,
+    "aten::linalg_eigvals": "general eigenvalues: " + _NO_XLA_DECOMPOSITION,
+    "aten::_linalg_eigvals": "general eigenvalues: " + _NO_XLA_DECOMPOSITION,
+    "aten::linalg_ldl_factor_ex": "LDL with LAPACK sytrf's Bunch-Kaufman pivoting, whose pivots are part of the "
+                                  "result: " + _NO_XLA_DECOMPOSITION,
+    "aten::linalg_ldl_solve": "solves with sytrf's factors and pivots (see linalg_ldl_factor_ex)",
+    "aten::linalg_lstsq": "CPU's default driver (gelsy) is a QR with column pivoting (rank-revealing); XLA's QR "
+                          "does not pivot, so rank-deficient problems would differ",
+    # Ops not lowered yet.
+    "aten::segment_reduce": "not lowered yet: a prototype op (torch.segment_reduce is not public API)",
+    "aten::_segment_reduce_backward": "not lowered yet: a prototype op (see segment_reduce)",
+    "aten::_ctc_loss": "not lowered yet: its alpha recursion over time would be a stablehlo.while",
+    "aten::_ctc_loss_backward": "not lowered yet (see _ctc_loss)",
+    "aten::histogram": "not lowered yet (histc is)",
+    "aten::_histogramdd_bin_edges": "not lowered yet (histc is)",
+    "aten::_histogramdd_from_bin_cts": "not lowered yet (histc is)",
+    "aten::_histogramdd_from_bin_tensors": "not lowered yet (histc is)",
+    "aten::_scaled_mm": "not lowered yet: float8 matmul with scales",
+    "aten::_scaled_mm_v2": "not lowered yet: float8 matmul with scales",
+    # Lowered, but some arguments take the CPU path.
+    "aten::upsample_bilinear2d": "uint8 inputs only: CPU's int16 fixed-point kernel, which the float lowering does "
+                                 "not reproduce bit for bit",
+    "aten::upsample_bicubic2d": "uint8 inputs only (see upsample_bilinear2d)",
+    "aten::_upsample_bilinear2d_aa": "uint8 inputs only (see upsample_bilinear2d)",
+    "aten::_upsample_bicubic2d_aa": "uint8 inputs only (see upsample_bilinear2d)",
+    "aten::unique_consecutive": "along a dim only (runs of slices); without dim it is native",
+}
+
+# Ops above that are lowered for most arguments (the rest have no pjrt kernel at all).
+PARTLY_LOWERED = ("aten::upsample_bilinear2d", "aten::upsample_bicubic2d", "aten::_upsample_bilinear2d_aa",
+                  "aten::_upsample_bicubic2d_aa", "aten::unique_consecutive")
+
+
+def reason(op: str) -> Optional[str]:
+    """Why `op` ("aten::<name>") runs on the CPU, if it is a known fallback."""
+    return REASONS.get(op)
