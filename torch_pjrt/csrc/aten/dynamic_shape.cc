@@ -25,35 +25,8 @@ namespace torch_pjrt::aten {
 
 namespace {
 
-using graph::Arg;
 using graph::TensorType;
 
-int Internal(const char* name) { return graph::InternalOp(name); }
-
-// Traces `op` over `inputs` (pjrt tensors of one device) with one int attribute per `ints`.
-std::vector<graph::Value> TraceInternal(int op, const std::vector<at::Tensor>& inputs,
-                                        const std::vector<int64_t>& ints, std::vector<TensorType> outs) {
-  int device = inputs[0].device().index();
-  graph::GraphLock lock;
-  std::vector<graph::Value> values;
-  graph::ArgList args;
-  for (const at::Tensor& t : inputs) {
-    args.push_back(Arg::Tensor(static_cast<int>(values.size())));
-    values.push_back(ReadValue(t));
-  }
-  for (int64_t v : ints) args.push_back(Arg::Int(v));
-  return graph::MakeOp(op, device, values, std::move(args), {}, std::move(outs));
-}
-
-// A pjrt tensor of `sizes`/`dtype` holding `v`.
-at::Tensor Materialize(graph::Value v, c10::IntArrayRef sizes, c10::ScalarType dtype, int device) {
-  at::Tensor t = EmptyContiguous(sizes, dtype, device);
-  if (t.numel() > 0) {
-    graph::GraphLock lock;
-    WriteValue(t, std::move(v));
-  }
-  return t;
-}
 
 // The few numbers that cross: integer `values` computed on the device (a pjrt tensor), read back.
 std::vector<int64_t> ReadInts(const at::Tensor& values) {
@@ -66,8 +39,8 @@ std::vector<int64_t> ReadInts(const at::Tensor& values) {
 // The one number that crosses: `count_op` over `self`, computed on the device and read back.
 int64_t ReadCount(const char* count_op, const at::Tensor& self) {
   int device = self.device().index();
-  graph::Value n = TraceInternal(Internal(count_op), {self}, {}, {TensorType{ElementType::kS64, {}}})[0];
-  return ReadInts(Materialize(std::move(n), {}, c10::kLong, device))[0];
+  graph::Value n = TraceInternalOp(count_op, {self}, {}, {TensorType{ElementType::kS64, {}}})[0];
+  return ReadInts(TensorOfValue(std::move(n), {}, c10::kLong, device))[0];
 }
 
 // Records that `values` must lie in [lo, hi) when `result` is computed; else the next sync point
@@ -141,9 +114,9 @@ at::Tensor RepeatInterleaveKernel(const at::Tensor& repeats, std::optional<int64
 at::Tensor Nonzero(const at::Tensor& self) {
   int64_t count = ReadCount("pjrt::count_nonzero", self);
   int64_t rank = self.dim();
-  graph::Value v = TraceInternal(Internal("pjrt::nonzero"), {self}, {},
+  graph::Value v = TraceInternalOp("pjrt::nonzero", {self}, {},
                                  {TensorType{ElementType::kS64, {count, rank}}})[0];
-  return Materialize(std::move(v), {count, rank}, c10::kLong, self.device().index());
+  return TensorOfValue(std::move(v), {count, rank}, c10::kLong, self.device().index());
 }
 
 at::Tensor NonzeroKernel(const at::Tensor& self) {
@@ -164,9 +137,9 @@ at::Tensor MaskedSelect(const at::Tensor& self, const at::Tensor& mask) {
   auto shape = at::infer_size(self.sizes(), mask.sizes());
   at::Tensor x = self.expand(shape), m = mask.expand(shape);
   int64_t count = ReadCount("pjrt::count_nonzero", m);
-  graph::Value v = TraceInternal(Internal("pjrt::masked_select"), {x, m}, {},
+  graph::Value v = TraceInternalOp("pjrt::masked_select", {x, m}, {},
                                  {TensorType{ToElementType(self.scalar_type()), {count}}})[0];
-  return Materialize(std::move(v), {count}, self.scalar_type(), self.device().index());
+  return TensorOfValue(std::move(v), {count}, self.scalar_type(), self.device().index());
 }
 
 at::Tensor MaskedSelectKernel(const at::Tensor& self, const at::Tensor& mask) {
@@ -187,14 +160,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> Runs(const at::Tensor& self, cons
   int device = self.device().index();
   int64_t count = ReadCount(count_op, self);
   Dims inverse_dims(self.sizes().begin(), self.sizes().end());
-  std::vector<graph::Value> v = TraceInternal(
-      Internal(op), {self}, {},
+  std::vector<graph::Value> v = TraceInternalOp(
+      op, {self}, {},
       {TensorType{ToElementType(self.scalar_type()), {count}}, TensorType{ElementType::kS64, inverse_dims},
        TensorType{ElementType::kS64, {count}}});
-  at::Tensor values = Materialize(v[0], {count}, self.scalar_type(), device);
-  at::Tensor inverse = return_inverse ? Materialize(v[1], self.sizes(), c10::kLong, device)
+  at::Tensor values = TensorOfValue(v[0], {count}, self.scalar_type(), device);
+  at::Tensor inverse = return_inverse ? TensorOfValue(v[1], self.sizes(), c10::kLong, device)
                                       : EmptyContiguous({0}, c10::kLong, device);
-  at::Tensor counts = return_counts ? Materialize(v[2], {count}, c10::kLong, device)
+  at::Tensor counts = return_counts ? TensorOfValue(v[2], {count}, c10::kLong, device)
                                     : EmptyContiguous({0}, c10::kLong, device);
   return {values, inverse, counts};
 }

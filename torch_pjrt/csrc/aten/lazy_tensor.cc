@@ -186,6 +186,29 @@ void WriteValue(const at::Tensor& t, graph::Value v) {
   graph::WriteTensor(StorageOf(t), ViewOf(t), ApplyMathBits(std::move(v), t));
 }
 
+std::vector<graph::Value> TraceInternalOp(const char* name, const std::vector<at::Tensor>& inputs,
+                                          const std::vector<int64_t>& ints, std::vector<graph::TensorType> outs) {
+  int device = inputs[0].device().index();
+  graph::GraphLock lock;
+  std::vector<graph::Value> values;
+  graph::ArgList args;
+  for (const at::Tensor& t : inputs) {
+    args.push_back(graph::Arg::Tensor(static_cast<int>(values.size())));
+    values.push_back(ReadValue(t));
+  }
+  for (int64_t v : ints) args.push_back(graph::Arg::Int(v));
+  return graph::MakeOp(graph::InternalOp(name), device, values, std::move(args), {}, std::move(outs));
+}
+
+at::Tensor TensorOfValue(graph::Value v, c10::IntArrayRef sizes, c10::ScalarType dtype, int device) {
+  at::Tensor t = EmptyContiguous(sizes, dtype, device);
+  if (t.numel() > 0) {
+    graph::GraphLock lock;
+    WriteValue(t, std::move(v));
+  }
+  return t;
+}
+
 graph::Value Coerce(graph::Value v, ElementType dtype, c10::IntArrayRef sizes, int device) {
   if (v.type().dtype != dtype) {
     static const int convert = graph::InternalOp("pjrt::convert");

@@ -38,6 +38,13 @@ at::Tensor EmptyContiguous(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::D
 graph::Value ReadValue(const at::Tensor& t);
 void WriteValue(const at::Tensor& t, graph::Value v);
 
+// Traces the internal op `name` ("pjrt::<op>", a lowering of our own) over `inputs` (pjrt
+// tensors of one device) with one int attribute per `ints`; returns its results' values.
+std::vector<graph::Value> TraceInternalOp(const char* name, const std::vector<at::Tensor>& inputs,
+                                          const std::vector<int64_t>& ints, std::vector<graph::TensorType> outs);
+// A new contiguous pjrt tensor of `sizes`/`dtype` on `device` holding `v`.
+at::Tensor TensorOfValue(graph::Value v, c10::IntArrayRef sizes, c10::ScalarType dtype, int device);
+
 // Converts `v` to `dtype` and broadcasts it to `sizes` (no nodes when already matching).
 graph::Value Coerce(graph::Value v, ElementType dtype, c10::IntArrayRef sizes, int device);
 
