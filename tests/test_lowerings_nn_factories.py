@@ -599,6 +599,50 @@ def test_embedding_bag_index_out_of_range_raises_at_the_next_sync():
         out.cpu()
 
 
+# --------------------------------------------------------------------------------- ctc_loss
+
+CTC_CASES = {
+    # T, N, C, target lengths, input lengths, concatenated targets, blank, reduction, zero_infinity
+    "padded": (12, 3, 6, [3, 5, 2], [12, 10, 7], False, 0, "mean", False),
+    "concatenated": (12, 3, 6, [3, 5, 2], [12, 10, 7], True, 0, "sum", False),
+    "empty_target_and_input": (12, 3, 6, [3, 0, 2], [12, 10, 0], False, 0, "none", False),
+    "infeasible": (6, 2, 5, [4, 4], [6, 3], False, 0, "none", False),
+    "infeasible_zeroed": (6, 2, 5, [4, 4], [6, 3], False, 0, "sum", True),
+    "last_blank": (10, 2, 5, [2, 3], [10, 9], False, 4, "none", False),
+}
+
+
+@pytest.mark.parametrize("case", CTC_CASES, ids=str)
+def test_ctc_loss(case):
+    # Loss and gradient against torch's CPU kernel: repeated labels (no skip between them), empty
+    # targets and inputs, targets longer than the input allows (inf, or 0 with zero_infinity).
+    T, N, C, tl, il, concat, blank, reduction, zero_infinity = CTC_CASES[case]
+    g = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(T, N, C, generator=g, dtype=torch.float64).log_softmax(2)
+    targets = torch.randint(0, C - 1, (N, max(tl)), generator=g)
+    targets[targets >= blank] += 1  # never the blank
+    targets[0, :2] = targets[0, 0]  # a repeated label
+    if concat:
+        targets = torch.cat([targets[b, :tl[b]] for b in range(N)])
+    fn = lambda lp, t: F.ctc_loss(lp, t, il, tl, blank=blank, reduction=reduction, zero_infinity=zero_infinity)
+    check(fn, (log_probs, targets), [], torch.float64)
+    check_grad(lambda lp: fn(lp, targets.to(lp.device)), (log_probs,), [], dtype=torch.float64)
+
+
+def test_ctc_loss_new_lengths_reuse_the_graph_and_errors_match_cpu():
+    log_probs = torch.randn(10, 2, 5).log_softmax(2).to("pjrt")
+    targets = torch.tensor([[1, 1, 2], [3, 3, 3]], device="pjrt")
+    F.ctc_loss(log_probs, targets, [10, 9], [3, 3], reduction="none").cpu()
+    before = torch.pjrt.metrics.counter("GraphsCompiled")
+    for input_lengths, target_lengths in [([8, 7], [3, 2]), ([10, 10], [1, 3])]:
+        F.ctc_loss(log_probs, targets, input_lengths, target_lengths, reduction="none").cpu()
+    assert torch.pjrt.metrics.counter("GraphsCompiled") == before  # lengths are values
+    with pytest.raises(RuntimeError, match="blank must be in label range"):
+        F.ctc_loss(log_probs, targets, [10, 9], [3, 3], blank=7)
+    with pytest.raises(RuntimeError, match="Expected input_lengths to have value at most 10"):
+        F.ctc_loss(log_probs, targets, [11, 9], [3, 3])
+
+
 # ------------------------------------------------------------------------------ hash_tensor
 
 @pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.int64, torch.float16, torch.float32, torch.float64],

@@ -29,8 +29,6 @@ REASONS: Dict[str, str] = {
     # Ops not lowered yet.
     "aten::segment_reduce": "not lowered yet: a prototype op (torch.segment_reduce is not public API)",
     "aten::_segment_reduce_backward": "not lowered yet: a prototype op (see segment_reduce)",
-    "aten::_ctc_loss": "not lowered yet: its alpha recursion over time would be a stablehlo.while",
-    "aten::_ctc_loss_backward": "not lowered yet (see _ctc_loss)",
     "aten::histogram": "not lowered yet (histc is)",
     "aten::_histogramdd_bin_edges": "not lowered yet (histc is)",
     "aten::_histogramdd_from_bin_cts": "not lowered yet (histc is)",

@@ -217,6 +217,7 @@ const TableData& Data() {
     RegisterPolynomialOps(r);
     RegisterBesselOps(r);
     RegisterIncompleteGammaOps(r);
+    RegisterCtcLossOps(r);
     RegisterEmbeddingBagOps(r);
     RegisterComplexOps(r);  // after the ops it wraps
     RegisterForeachOps(r);  // last: it pairs with ops registered before it
