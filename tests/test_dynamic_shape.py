@@ -26,7 +26,7 @@ def sample(dtype, shape=(3, 4)):
     return x
 
 
-def native(fn, *args, expected_syncs=None):
+def native(fn, *args, expected_syncs=None, exact=True):
     """fn on the CPU and on pjrt: equal results, no fallback, data_dependent_shape syncs only."""
     want = fn(*args)
     with Counters() as c:
@@ -35,7 +35,7 @@ def native(fn, *args, expected_syncs=None):
     assert c["FallbackOps"] == 0, torch.pjrt.metrics.fallbacks()
     if expected_syncs is not None:
         assert c["Sync::data_dependent_shape"] == expected_syncs
-    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(got, want, equal_nan=True, **(dict(rtol=0, atol=0) if exact else {}))
     return c
 
 
@@ -205,3 +205,40 @@ def test_the_older_unique_op(dtype):
     for sorted_ in (False, True):
         for inverse in (False, True):
             native(lambda t: torch.ops.aten._unique(t, sorted_, inverse), x, expected_syncs=1)
+
+
+HISTOGRAM_INPUT = torch.randn(100, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("case", ["bins", "range", "weighted_density", "constant", "empty", "nan_and_edges", "2d"])
+def test_histogram_with_a_bin_count(case):
+    # Without a range the data's min and max cross in one read (as the CPU kernel reads them).
+    x, w = HISTOGRAM_INPUT, HISTOGRAM_INPUT.abs()
+    fn, args, syncs = {
+        "bins": (lambda t: torch.histogram(t, bins=7), (x,), 1),
+        "range": (lambda t: torch.histogram(t, bins=7, range=(-1.0, 1.0)), (x,), 0),
+        "weighted_density": (lambda t, u: torch.histogram(t, bins=5, weight=u, density=True), (x, w), 1),
+        "constant": (lambda t: torch.histogram(t, bins=4), (torch.tensor([1.0, 1.0, 1.0]),), 1),
+        "empty": (lambda t: torch.histogram(t, bins=4), (torch.tensor([]),), 0),
+        "nan_and_edges": (lambda t: torch.histogram(t, bins=3, range=(0.0, 3.0)),
+                          (torch.tensor([1.0, math.nan, 2.0, 3.0, 0.0, -1.0]),), 0),
+        "2d": (lambda t: torch.histogram(t, bins=6), (x.double().reshape(10, 10),), 1),
+    }[case]
+    c = native(fn, *args, exact=False)  # bin edges: our linspace can be an ulp off the CPU's
+    assert c["Sync::data_dependent_shape"] == syncs
+
+
+def test_histogram_with_bin_edges_and_errors():
+    edges = torch.tensor([-2.0, -0.5, 0.0, 0.1, 3.0])
+    native(lambda t, b: torch.histogram(t, bins=b), HISTOGRAM_INPUT, edges, expected_syncs=0)
+    native(lambda t, b, u: torch.histogram(t, bins=b, weight=u, density=True), HISTOGRAM_INPUT, edges,
+           HISTOGRAM_INPUT.abs(), expected_syncs=0, exact=False)  # weights summed in another order
+    for x, kwargs, error in [(HISTOGRAM_INPUT, {"bins": 0}, RuntimeError),
+                             (torch.tensor([1.0, math.inf]), {"bins": 3}, RuntimeError),
+                             (torch.tensor([1, 2]), {"bins": 3}, NotImplementedError),
+                             (HISTOGRAM_INPUT, {"bins": 3, "range": (2.0, 1.0)}, RuntimeError)]:
+        with pytest.raises(error) as cpu:
+            torch.histogram(x, **kwargs)
+        with pytest.raises(error) as pjrt:
+            torch.histogram(x.to("pjrt"), **kwargs)
+        assert str(pjrt.value) == str(cpu.value)

@@ -29,10 +29,9 @@ REASONS: Dict[str, str] = {
     # Ops not lowered yet.
     "aten::segment_reduce": "not lowered yet: a prototype op (torch.segment_reduce is not public API)",
     "aten::_segment_reduce_backward": "not lowered yet: a prototype op (see segment_reduce)",
-    "aten::histogram": "not lowered yet (histc is)",
-    "aten::_histogramdd_bin_edges": "not lowered yet (histc is)",
-    "aten::_histogramdd_from_bin_cts": "not lowered yet (histc is)",
-    "aten::_histogramdd_from_bin_tensors": "not lowered yet (histc is)",
+    "aten::_histogramdd_bin_edges": "not lowered yet (histc and 1-d histogram are)",
+    "aten::_histogramdd_from_bin_cts": "not lowered yet (histc and 1-d histogram are)",
+    "aten::_histogramdd_from_bin_tensors": "not lowered yet (histc and 1-d histogram are)",
     "aten::_scaled_mm": "not lowered yet: float8 matmul with scales",
     "aten::_scaled_mm_v2": "not lowered yet: float8 matmul with scales",
     # Lowered, but some arguments take the CPU path.
