@@ -11,7 +11,7 @@ inputs raise (or report info) exactly like CPU."""
 import pytest
 import torch
 
-from helpers import to_cpu, to_pjrt
+from helpers import Counters, to_cpu, to_pjrt
 
 F32, F64, C64, C128 = torch.float32, torch.float64, torch.complex64, torch.complex128
 ALL = [F32, F64, C64, C128]
@@ -489,3 +489,37 @@ def test_linalg_gradients_float32():
     grads(lambda a, g: (real_sum(torch.linalg.cholesky_ex(a).L) + real_sum(torch.linalg.inv_ex(g).inverse, 2)
                         + real_sum(torch.linalg.det(g), 3) + real_sum(torch.linalg.eigvalsh(g), 4)),
           [a, g], ["linalg_cholesky_ex", "linalg_inv_ex", "linalg_lu_factor_ex", "_linalg_eigh"], F32, scale=10)
+
+
+# ---------------------------------------------------------------------------------- float8
+
+def test_conversion_to_float8_e4m3fn_saturates_like_torch():
+    # float8_e4m3fn has no infinity: torch saturates overflow (infinities too) to +-448; NaN stays.
+    x = torch.tensor([1000.0, -1000.0, 500.0, float("inf"), -float("inf"), float("nan"), 3.3, 448.0, 449.0])
+    for source in (x, x.double(), x.half(), x.bfloat16(), torch.tensor([1000, -3, 7])):
+        want = source.to(torch.float8_e4m3fn).float()
+        got = source.to("pjrt").to(torch.float8_e4m3fn).cpu().float()
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("b_dtype", [torch.float8_e4m3fn, torch.float8_e5m2], ids=str)
+@pytest.mark.parametrize("out_dtype", [None, torch.float8_e4m3fn, torch.bfloat16, torch.float32], ids=str)
+def test_scaled_mm(b_dtype, out_dtype):
+    # Tensor-wise and row-wise scales, a bias, and overflow of a float8 output (saturated, or NaN
+    # where the CPU kernel hands all-e4m3fn products to oneDNN).
+    g = torch.Generator().manual_seed(0)
+    a = (torch.randn(6, 8, generator=g) * 40).to(torch.float8_e4m3fn)
+    b = (torch.randn(8, 4, generator=g) * 40).to(b_dtype)
+    scales = [(torch.tensor(0.5), torch.tensor(2.0)), (torch.rand(6, 1, generator=g), torch.rand(1, 4, generator=g))]
+    for scale_a, scale_b in scales:
+        bias = None if out_dtype in (None, torch.float8_e4m3fn) else torch.randn(4, generator=g).to(out_dtype)
+        args = [a, b, scale_a, scale_b]
+        with Counters() as c:
+            got = torch._scaled_mm(*to_pjrt(args), bias=None if bias is None else bias.to("pjrt"), out_dtype=out_dtype)
+            got = got.cpu()
+        assert c["FallbackOps"] == 0
+        want = torch._scaled_mm(*args, bias=bias, out_dtype=out_dtype)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.float(), want.float(), equal_nan=True, rtol=0.02, atol=1e-2)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        torch._scaled_mm(a.to("pjrt"), a.to("pjrt"), torch.tensor(1.0, device="pjrt"), torch.tensor(1.0, device="pjrt"))

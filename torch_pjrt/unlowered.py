@@ -32,8 +32,6 @@ REASONS: Dict[str, str] = {
     "aten::_histogramdd_bin_edges": "not lowered yet (histc and 1-d histogram are)",
     "aten::_histogramdd_from_bin_cts": "not lowered yet (histc and 1-d histogram are)",
     "aten::_histogramdd_from_bin_tensors": "not lowered yet (histc and 1-d histogram are)",
-    "aten::_scaled_mm": "not lowered yet: float8 matmul with scales",
-    "aten::_scaled_mm_v2": "not lowered yet: float8 matmul with scales",
     # Lowered, but some arguments take the CPU path.
     "aten::upsample_bilinear2d": "uint8 inputs only: CPU's int16 fixed-point kernel, which the float lowering does "
                                  "not reproduce bit for bit",

@@ -287,6 +287,17 @@ Val Emitter::Convert(const Val& x, ElementType t) {
     // (-8.5 -> 248 as uint8) where XLA's direct conversion would saturate.
     return Convert(Convert(x, ElementType::kS64), t);
   }
+  if (t == ElementType::kF8E4M3FN && x.dtype() != ElementType::kF8E5M2) {
+    // float8_e4m3fn has no infinity: torch saturates values beyond its largest (448, infinities
+    // included) to +-448 where a plain conversion gives NaN. NaN stays NaN (comparisons fail).
+    Val wide = Convert(x, IsFloating(x.dtype()) && ItemSize(x.dtype()) >= 4 ? x.dtype() : ElementType::kF32);
+    Val beyond = Compare("GT", Unary("abs", wide), Full(448, wide.type));
+    Val saturated = Select(Compare("LT", wide, Full(0, wide.type)), Full(-448, wide.type), Full(448, wide.type));
+    wide = Select(beyond, saturated, wide);
+    Val v = NewValue(TensorType{t, x.dims()});
+    Line(Name(v) + " = stablehlo.convert " + Name(wide) + " : (" + TypeString(wide) + ") -> " + TypeString(v));
+    return v;
+  }
   Val v = NewValue(TensorType{t, x.dims()});
   Line(Name(v) + " = stablehlo.convert " + Name(x) + " : (" + TypeString(x) + ") -> " +
        TypeString(v));
