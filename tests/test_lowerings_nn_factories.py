@@ -643,6 +643,43 @@ def test_ctc_loss_new_lengths_reuse_the_graph_and_errors_match_cpu():
         F.ctc_loss(log_probs, targets, [11, 9], [3, 3])
 
 
+# --------------------------------------------------------------------------- segment_reduce
+
+SEGMENT_DATA = torch.tensor([1.0, NAN, 3.0, 4.0, 5.0, 2.0, 2.0, 0.0, 3.0, 0.0], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("segments", ["lengths", "lengths_initial", "offsets", "2d"])
+def test_segment_reduce(reduce, segments):
+    # Empty segments, NaN, zeros (prod's backward), ties (max/min share the gradient), an initial
+    # value, offsets, and a reduction along axis 1 of a 3-d tensor.
+    if segments == "2d":
+        x = torch.randn(2, 6, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        x[0, 1, 1] = x[0, 0, 1]
+        kw = {"lengths": torch.tensor([[2, 4], [1, 5]]), "axis": 1}
+    else:
+        x = SEGMENT_DATA
+        kw = {"offsets": torch.tensor([0, 2, 2, 5, 7, 10])} if segments == "offsets" else {
+            "lengths": torch.tensor([2, 0, 3, 2, 3])}
+        if segments == "lengths_initial":
+            kw["initial"] = 2.0
+
+    def fn(t):
+        args = {k: v.to(t.device) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+        return torch.segment_reduce(t, reduce, **args)
+    check(fn, (x,), [], torch.float64)
+    check_grad(lambda t: fn(t).nan_to_num(0, 0, 0), (x,), [])
+
+
+def test_segment_reduce_checks_lengths_when_the_graph_runs():
+    for lengths, message in [([2, 3], "Expected all rows of lengths"), ([12, -2], "lengths contains negative")]:
+        with pytest.raises(RuntimeError, match=message):
+            torch.segment_reduce(SEGMENT_DATA, "sum", lengths=torch.tensor(lengths))
+        out = torch.segment_reduce(SEGMENT_DATA.to("pjrt"), "sum", lengths=torch.tensor(lengths, device="pjrt"))
+        with pytest.raises(RuntimeError, match=message):
+            out.cpu()
+
+
 # ------------------------------------------------------------------------------ hash_tensor
 
 @pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.int64, torch.float16, torch.float32, torch.float64],

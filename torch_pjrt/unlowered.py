@@ -27,8 +27,6 @@ REASONS: Dict[str, str] = {
     "aten::linalg_lstsq": "CPU's default driver (gelsy) is a QR with column pivoting (rank-revealing); XLA's QR "
                           "does not pivot, so rank-deficient problems would differ",
     # Ops not lowered yet.
-    "aten::segment_reduce": "not lowered yet: a prototype op (torch.segment_reduce is not public API)",
-    "aten::_segment_reduce_backward": "not lowered yet: a prototype op (see segment_reduce)",
     "aten::_histogramdd_bin_edges": "not lowered yet (histc and 1-d histogram are)",
     "aten::_histogramdd_from_bin_cts": "not lowered yet (histc and 1-d histogram are)",
     "aten::_histogramdd_from_bin_tensors": "not lowered yet (histc and 1-d histogram are)",

@@ -218,6 +218,7 @@ const TableData& Data() {
     RegisterBesselOps(r);
     RegisterIncompleteGammaOps(r);
     RegisterCtcLossOps(r);
+    RegisterSegmentReduceOps(r);
     RegisterEmbeddingBagOps(r);
     RegisterComplexOps(r);  // after the ops it wraps
     RegisterForeachOps(r);  // last: it pairs with ops registered before it

@@ -181,6 +181,7 @@ void RegisterPolynomialOps(Registry& r);
 void RegisterBesselOps(Registry& r);
 void RegisterIncompleteGammaOps(Registry& r);
 void RegisterCtcLossOps(Registry& r);
+void RegisterSegmentReduceOps(Registry& r);
 void RegisterEmbeddingBagOps(Registry& r);
 void RegisterComplexOps(Registry& r);  // after the others: it wraps some of their entries
 void RegisterForeachOps(Registry& r);  // called last: it pairs with ops registered before it
