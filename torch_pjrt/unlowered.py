@@ -27,9 +27,6 @@ REASONS: Dict[str, str] = {
     "aten::linalg_lstsq": "CPU's default driver (gelsy) is a QR with column pivoting (rank-revealing); XLA's QR "
                           "does not pivot, so rank-deficient problems would differ",
     # Ops not lowered yet.
-    "aten::_histogramdd_bin_edges": "not lowered yet (histc and 1-d histogram are)",
-    "aten::_histogramdd_from_bin_cts": "not lowered yet (histc and 1-d histogram are)",
-    "aten::_histogramdd_from_bin_tensors": "not lowered yet (histc and 1-d histogram are)",
     # Lowered, but some arguments take the CPU path.
     "aten::upsample_bilinear2d": "uint8 inputs only: CPU's int16 fixed-point kernel, which the float lowering does "
                                  "not reproduce bit for bit",
