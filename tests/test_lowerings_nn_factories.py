@@ -507,10 +507,13 @@ def test_unique_consecutive_reads_one_count():
             fn = lambda t: torch.unique_consecutive(t, return_inverse=inverse, return_counts=counts)
             check(fn, (x,), [], exact=True)  # every NaN is its own run, as on the CPU
     check(lambda t: torch.unique_consecutive(t), (torch.zeros(0),), [], exact=True)
-    # Along a dim it runs on the CPU, counted as a fallback.
-    torch.pjrt.metrics.reset()
-    torch.unique_consecutive(x.to("pjrt"), dim=0)
-    assert torch.pjrt.metrics.fallbacks() == {"aten::unique_consecutive": 1}
+    # Along a dim: runs of equal slices (rows holding NaN equal no row), inverse and counts always.
+    y = torch.arange(24.0).reshape(2, 3, 4)
+    y[:, 1] = y[:, 0]
+    for t, dim in [(x, 0), (x, 1), (y, 1), (y.int(), 2), (torch.zeros(0, 3), 0)]:
+        check(lambda u: torch.ops.aten.unique_consecutive(u, False, False, dim), (t,), [], exact=True)
+    with pytest.raises(RuntimeError, match="0 sized dimensions"):
+        torch.unique_consecutive(torch.zeros(3, 0, device="pjrt"), dim=0)
 
 
 def test_mvlgamma_out_composes_lowered_ops():

@@ -33,12 +33,11 @@ REASONS: Dict[str, str] = {
     "aten::upsample_bicubic2d": "uint8 inputs only (see upsample_bilinear2d)",
     "aten::_upsample_bilinear2d_aa": "uint8 inputs only (see upsample_bilinear2d)",
     "aten::_upsample_bicubic2d_aa": "uint8 inputs only (see upsample_bilinear2d)",
-    "aten::unique_consecutive": "along a dim only (runs of slices); without dim it is native",
 }
 
 # Ops above that are lowered for most arguments (the rest have no pjrt kernel at all).
 PARTLY_LOWERED = ("aten::upsample_bilinear2d", "aten::upsample_bicubic2d", "aten::_upsample_bilinear2d_aa",
-                  "aten::_upsample_bicubic2d_aa", "aten::unique_consecutive")
+                  "aten::_upsample_bicubic2d_aa")
 
 
 def reason(op: str) -> Optional[str]:

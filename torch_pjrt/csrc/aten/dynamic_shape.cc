@@ -186,17 +186,40 @@ std::tuple<at::Tensor, at::Tensor> UniqueKernel(const at::Tensor& self, bool sor
   return {std::get<0>(r), std::get<1>(r)};
 }
 
-// unique_consecutive(self, return_inverse, return_counts, dim=None): the flattened runs natively;
-// runs of slices along a dim take the CPU path.
+// unique_consecutive along `dim`: runs of equal slices, found as runs of equal rows of self with
+// `dim` moved first and the other dims flattened. Inverse and counts always come back, as on the
+// CPU.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> SliceRuns(const at::Tensor& self, int64_t dim) {
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  int64_t n = self.size(dim);
+  TORCH_CHECK(n == 0 || self.numel() > 0,
+              "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+  int device = self.device().index();
+  at::Tensor moved = self.movedim(dim, 0);
+  if (n == 0) {
+    return {self.clone(), EmptyContiguous({0}, c10::kLong, device), EmptyContiguous({0}, c10::kLong, device)};
+  }
+  at::Tensor rows = moved.reshape({n, -1});
+  int64_t count = ReadCount("pjrt::count_row_runs", rows), width = rows.size(1);
+  std::vector<graph::Value> v = TraceInternalOp(
+      "pjrt::row_runs", {rows}, {},
+      {TensorType{ToElementType(self.scalar_type()), {count, width}}, TensorType{ElementType::kS64, {n}},
+       TensorType{ElementType::kS64, {count}}});
+  std::vector<int64_t> shape(moved.sizes().begin(), moved.sizes().end());
+  shape[0] = count;
+  at::Tensor values = TensorOfValue(v[0], {count, width}, self.scalar_type(), device).view(shape).movedim(0, dim);
+  return {values, TensorOfValue(v[1], {n}, c10::kLong, device), TensorOfValue(v[2], {count}, c10::kLong, device)};
+}
+
+// unique_consecutive(self, return_inverse, return_counts, dim=None): runs of the flattened
+// values, or of slices along `dim`.
 void UniqueConsecutiveKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, 4);
-  if (!args[3].isNone()) {
-    RunCpuFallback(op, stack, "finds runs of slices along a dim only on the CPU");
-    return;
-  }
   at::Tensor self = args[0].toTensor();
   bool inverse = args[1].toBool(), counts = args[2].toBool();
+  std::optional<int64_t> dim = args[3].toOptional<int64_t>();
   auto result = WithTorchErrors([&] {
+    if (dim.has_value()) return SliceRuns(self, *dim);
     return Runs(self, "pjrt::count_unique_consecutive", "pjrt::unique_consecutive", inverse, counts);
   });
   torch::jit::drop(*stack, 4);

@@ -176,6 +176,50 @@ std::vector<Val> LowerRuns(LowerCtx& c) {
 
 }  // namespace
 
+// Per row of x [n, r], whether it starts a run of equal rows: the first row does, and any row
+// with an element unlike the row before (a row holding NaN differs from every row, as the CPU
+// compares rows element by element).
+Val RowRunStarts(Emitter& e, const Val& x) {
+  int64_t n = x.dims()[0];
+  if (n == 0) return e.Full(0, TensorType{ElementType::kBool, {0}});
+  Val prev = e.Concatenate({e.SliceDim(x, 0, 0, 1), e.SliceDim(x, 0, 0, n - 1)}, 0);
+  Val differs = e.Reduce(e.Compare("NE", x, prev), e.Scalar(0, ElementType::kBool), {1}, "or");
+  TensorType positions{ElementType::kS64, {n}};
+  return e.Binary("or", differs, e.Compare("EQ", e.Iota(positions, 0), e.Full(0, positions)));
+}
+
+// count_row_runs(x [n, r]) -> s64[]: how many runs of equal rows.
+std::vector<Val> LowerCountRowRuns(LowerCtx& c) {
+  Val starts = c.e.Convert(RowRunStarts(c.e, c.tensor(0)), ElementType::kS64);
+  return {c.e.Reduce(starts, c.e.Scalar(0, ElementType::kS64), {0}, "add")};
+}
+
+// row_runs(x [n, r], count) -> (values [count, r], inverse [n], counts [count]):
+// unique_consecutive along a dim, moved first and the rest flattened.
+std::vector<Val> LowerRowRuns(LowerCtx& c) {
+  Emitter& e = c.e;
+  Val x = c.tensor(0);
+  int64_t n = x.dims()[0], width = x.dims()[1], count = c.out(0).dims[0];
+  Val starts = RowRunStarts(e, x);
+  Val run_index = e.Binary("subtract", PrefixSum(e, e.Convert(starts, ElementType::kS64)),
+                           e.Full(1, TensorType{ElementType::kS64, {n}}));
+  Val first_of_run = e.SliceDim(SelectedFirst(e, starts), 0, 0, count);
+  Emitter::GatherDims g;
+  g.offset_dims = {1};
+  g.collapsed_slice_dims = {0};
+  g.start_index_map = {0};
+  g.index_vector_dim = 1;
+  g.slice_sizes = {1, width};
+  Val values = e.Gather(x, e.Reshape(first_of_run, {count, 1}), g, TensorType{x.dtype(), {count, width}});
+  Emitter::ScatterDims s;
+  s.inserted_window_dims = {0};
+  s.scatter_dims_to_operand_dims = {0};
+  s.index_vector_dim = 1;
+  Val counts = e.Scatter(e.Full(0, TensorType{ElementType::kS64, {count}}), e.Reshape(run_index, {n, 1}),
+                         e.Full(1, TensorType{ElementType::kS64, {n}}), s, "add");
+  return {values, run_index, counts};
+}
+
 void RegisterDynamicShapeOps(Registry& r) {
   r.Add("pjrt::count_nonzero", LowerCountNonzero);
   r.Add("pjrt::nonzero", LowerNonzero);
@@ -185,6 +229,8 @@ void RegisterDynamicShapeOps(Registry& r) {
   r.Add("pjrt::unique", LowerRuns<true>);
   r.Add("pjrt::count_unique_consecutive", LowerCountRuns<false>);
   r.Add("pjrt::unique_consecutive", LowerRuns<false>);
+  r.Add("pjrt::count_row_runs", LowerCountRowRuns);
+  r.Add("pjrt::row_runs", LowerRowRuns);
 }
 
 }  // namespace torch_pjrt::lowering
