@@ -59,6 +59,25 @@ at::Tensor InitialValue(const std::optional<c10::Scalar>& initial, const at::Ten
   return at::scalar_tensor(initial.value_or(0), data.options());
 }
 
+// What both internal ops take: the reduction's code, the layout around the axis and the bounds.
+struct SegmentCall {
+  int64_t code;
+  Layout layout;
+  at::Tensor bounds;
+  int64_t segments;
+  std::vector<int64_t> ints;  // the internal op's attributes: reduction, has initial
+};
+SegmentCall Prepare(const at::Tensor& data, c10::string_view reduce, const std::optional<at::Tensor>& lengths,
+                    const std::optional<at::Tensor>& offsets, int64_t axis, const std::optional<c10::Scalar>& initial) {
+  SegmentCall s;
+  s.code = ReduceCode(reduce);
+  s.layout = LayoutOf(data, at::maybe_wrap_dim(axis, data.dim()));
+  s.bounds = Bounds(lengths, offsets, s.layout.batch);
+  s.segments = s.bounds.size(1) - 1;
+  s.ints = {s.code, initial.has_value() ? 1 : 0};
+  return s;
+}
+
 // The CPU kernel's checks of lengths (unless unsafe), as deferred checks of `result`.
 void CheckLengthsWhenRun(const at::Tensor& lengths, int64_t axis_size, const at::Tensor& result) {
   graph::GraphLock lock;
@@ -76,15 +95,11 @@ at::Tensor SegmentReduce(const at::Tensor& data, c10::string_view reduce, const 
                          int64_t axis, bool unsafe, const std::optional<c10::Scalar>& initial) {
   at::Tensor meta = at::segment_reduce(MetaOf(data), reduce, MetaOf(lengths), MetaOf(indices), MetaOf(offsets), axis,
                                        unsafe, initial);
-  int64_t code = ReduceCode(reduce);
-  axis = at::maybe_wrap_dim(axis, data.dim());
-  Layout l = LayoutOf(data, axis);
-  at::Tensor bounds = Bounds(lengths, offsets, l.batch);
-  int64_t segments = bounds.size(1) - 1;
+  SegmentCall s = Prepare(data, reduce, lengths, offsets, axis, initial);
+  const Layout& l = s.layout;
   std::vector<graph::Value> v = TraceInternalOp(
-      "pjrt::segment_reduce", {data.reshape({l.batch, l.length, l.rest}), bounds, InitialValue(initial, data)},
-      {code, initial.has_value() ? 1 : 0},
-      {graph::TensorType{ToElementType(data.scalar_type()), {l.batch, segments, l.rest}}});
+      "pjrt::segment_reduce", {data.reshape({l.batch, l.length, l.rest}), s.bounds, InitialValue(initial, data)},
+      s.ints, {graph::TensorType{ToElementType(data.scalar_type()), {l.batch, s.segments, l.rest}}});
   at::Tensor result = TensorOfValue(v[0], meta.sizes(), data.scalar_type(), data.device().index());
   if (!unsafe && Given(lengths) && !Given(offsets) && result.numel() > 0) CheckLengthsWhenRun(*lengths, l.length, result);
   return result;
@@ -95,16 +110,13 @@ at::Tensor SegmentReduceBackward(const at::Tensor& grad, const at::Tensor& outpu
                                  const std::optional<at::Tensor>& offsets, int64_t axis,
                                  const std::optional<c10::Scalar>& initial) {
   TORCH_CHECK(Given(lengths) || Given(offsets), "segment_reduce(): Either lengths or offsets must be defined.");
-  int64_t code = ReduceCode(reduce);
-  axis = at::maybe_wrap_dim(axis, data.dim());
-  Layout l = LayoutOf(data, axis);
-  at::Tensor bounds = Bounds(lengths, offsets, l.batch);
-  int64_t segments = bounds.size(1) - 1;
+  SegmentCall s = Prepare(data, reduce, lengths, offsets, axis, initial);
+  const Layout& l = s.layout;
   std::vector<graph::Value> v = TraceInternalOp(
       "pjrt::segment_reduce_backward",
-      {grad.reshape({l.batch, segments, l.rest}), output.reshape({l.batch, segments, l.rest}),
-       data.reshape({l.batch, l.length, l.rest}), bounds, InitialValue(initial, data)},
-      {code, initial.has_value() ? 1 : 0},
+      {grad.reshape({l.batch, s.segments, l.rest}), output.reshape({l.batch, s.segments, l.rest}),
+       data.reshape({l.batch, l.length, l.rest}), s.bounds, InitialValue(initial, data)},
+      s.ints,
       {graph::TensorType{ToElementType(data.scalar_type()), {l.batch, l.length, l.rest}}});
   return TensorOfValue(v[0], data.sizes(), data.scalar_type(), data.device().index());
 }

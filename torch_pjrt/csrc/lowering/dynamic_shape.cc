@@ -199,18 +199,11 @@ std::vector<Val> LowerCountRowRuns(LowerCtx& c) {
 std::vector<Val> LowerRowRuns(LowerCtx& c) {
   Emitter& e = c.e;
   Val x = c.tensor(0);
-  int64_t n = x.dims()[0], width = x.dims()[1], count = c.out(0).dims[0];
+  int64_t n = x.dims()[0], count = c.out(0).dims[0];
   Val starts = RowRunStarts(e, x);
   Val run_index = e.Binary("subtract", PrefixSum(e, e.Convert(starts, ElementType::kS64)),
                            e.Full(1, TensorType{ElementType::kS64, {n}}));
-  Val first_of_run = e.SliceDim(SelectedFirst(e, starts), 0, 0, count);
-  Emitter::GatherDims g;
-  g.offset_dims = {1};
-  g.collapsed_slice_dims = {0};
-  g.start_index_map = {0};
-  g.index_vector_dim = 1;
-  g.slice_sizes = {1, width};
-  Val values = e.Gather(x, e.Reshape(first_of_run, {count, 1}), g, TensorType{x.dtype(), {count, width}});
+  Val values = TakeRows(e, x, e.SliceDim(SelectedFirst(e, starts), 0, 0, count));
   Emitter::ScatterDims s;
   s.inserted_window_dims = {0};
   s.scatter_dims_to_operand_dims = {0};

@@ -22,18 +22,6 @@ constexpr ElementType kS64 = ElementType::kS64;
 
 Val Iota1(Emitter& e, int64_t n) { return e.Iota(TensorType{kS64, {n}}, 0); }
 
-// rows[i, :] = table[index[i], :] for table [V, D] and index [N] (s64).
-Val GatherRows(Emitter& e, const Val& table, const Val& index) {
-  int64_t n = index.numel(), d = table.dims()[1];
-  Emitter::GatherDims g;
-  g.offset_dims = {1};
-  g.collapsed_slice_dims = {0};
-  g.start_index_map = {0};
-  g.index_vector_dim = 1;
-  g.slice_sizes = {1, d};
-  return e.Gather(table, e.Reshape(index, {n, 1}), g, TensorType{table.dtype(), {n, d}});
-}
-
 // out[index[i], :] combine= rows[i, :] into `init` [M, D]; `combine` "add", "maximum", "minimum".
 Val ScatterRows(Emitter& e, const Val& init, const Val& index, const Val& rows, std::string_view combine) {
   Emitter::ScatterDims s;
@@ -88,7 +76,7 @@ std::pair<Val, Val> BagMaxima(Emitter& e, const Val& rows, const Bags& b) {
   Val max = ScatterRows(e, e.Full(-INFINITY, TensorType{rows.dtype(), {b.bags, b.dim}}), b.bag,
                         e.Select(counted, rows, lowest), "maximum");
   // The first position reaching its bag's maximum gives max_indices.
-  Val reached = e.Binary("and", counted, e.Compare("EQ", rows, GatherRows(e, max, b.bag)));
+  Val reached = e.Binary("and", counted, e.Compare("EQ", rows, TakeRows(e, max, b.bag)));
   Val position = e.BroadcastInDim(Iota1(e, b.n), nd, {0});
   Val none = e.Full(static_cast<double>(b.n), TensorType{kS64, nd});
   Val first = ScatterRows(e, e.Full(static_cast<double>(b.n), TensorType{kS64, {b.bags, b.dim}}), b.bag,
@@ -113,7 +101,7 @@ std::vector<Val> LowerEmbeddingBag(LowerCtx& c) {
   int64_t mode = c.int_arg(4), bags = out.dims[0];
   Bags b = Describe(c, 0, 1, 2, bags, c.int_arg(8, -1));
   ElementType acc = Opmath(out.dtype);
-  Val rows = GatherRows(e, e.Convert(c.tensor(0), acc), b.index);  // [N, D]
+  Val rows = TakeRows(e, e.Convert(c.tensor(0), acc), b.index);  // [N, D]
   Val sizes = BagSizes(e, b);
   Val offset2bag = e.Convert(b.bag, c.out(1).dtype);
   Val max_indices = e.Full(0, c.out(3));
@@ -165,7 +153,7 @@ std::vector<Val> LowerEmbeddingBagDenseBackward(LowerCtx& c) {
   Val index = e.Convert(e.Reshape(c.tensor(1), {c.tensor(1).numel()}), kS64);
   int64_t n = index.numel();
   Val bag = e.Convert(c.tensor(2), kS64);
-  Val rows = GatherRows(e, grad, bag);  // [N, D]
+  Val rows = TakeRows(e, grad, bag);  // [N, D]
   if (mode == kMean) {
     Val sizes = e.Convert(bag_size, acc);
     Val per_index = GatherFlat(e, sizes, bag);
@@ -188,8 +176,8 @@ std::vector<Val> LowerEmbeddingBagPerSampleWeightsBackward(LowerCtx& c) {
   Emitter& e = c.e;
   ElementType acc = Opmath(c.out().dtype);
   Val index = e.Convert(e.Reshape(c.tensor(2), {c.tensor(2).numel()}), kS64);
-  Val rows = GatherRows(e, e.Convert(c.tensor(1), acc), index);
-  Val grads = GatherRows(e, e.Convert(c.tensor(0), acc), e.Convert(c.tensor(4), kS64));
+  Val rows = TakeRows(e, e.Convert(c.tensor(1), acc), index);
+  Val grads = TakeRows(e, e.Convert(c.tensor(0), acc), e.Convert(c.tensor(4), kS64));
   Val dot = SumDims(e, Mul(e, rows, grads), {1}, acc);
   Val counted = e.Compare("NE", index, e.Full(static_cast<double>(c.int_arg(6, -1)), index.type));
   return {e.Convert(e.Select(counted, dot, e.Full(0, dot.type)), c.out().dtype)};

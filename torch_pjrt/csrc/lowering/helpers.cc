@@ -206,6 +206,17 @@ Val ScaledMean(Emitter& e, const Val& x, const Dims& dims) {
   return n == 0 ? e.Binary("divide", s, e.Full(0, s.type)) : s;
 }
 
+Val TakeRows(Emitter& e, const Val& table, const Val& index) {
+  int64_t n = index.numel(), d = table.dims()[1];
+  Emitter::GatherDims g;
+  g.offset_dims = {1};
+  g.collapsed_slice_dims = {0};
+  g.start_index_map = {0};
+  g.index_vector_dim = 1;
+  g.slice_sizes = {1, d};
+  return e.Gather(table, e.Reshape(index, {n, 1}), g, TensorType{table.dtype(), {n, d}});
+}
+
 Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc) {
   Val xc = e.Convert(x, acc);
   return e.Reduce(xc, e.Scalar(0, acc), dims, "add");

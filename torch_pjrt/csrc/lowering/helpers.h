@@ -45,6 +45,8 @@ double HighestFinite(ElementType t);
 
 // Sum of `x` over `dims` accumulated in `acc` type.
 Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc);
+// rows[i, :] = table[index[i], :] for table [V, D] and index [N] (s64).
+Val TakeRows(Emitter& e, const Val& table, const Val& index);
 // The p-norm over `dims` of non-negative `magnitudes` (|x|), in their type: ord inf / -inf is
 // the max / min, 0 counts non-zeros, 1 and 2 are sums, anything else (sum a^p)^(1/p).
 Val PNorm(Emitter& e, const Val& magnitudes, double ord, const Dims& dims);

@@ -98,15 +98,31 @@ Val SizesAsRows(Emitter& e, const Segments& g, ElementType t) {
   return e.BroadcastInDim(sizes, {g.batch, g.count + 1, g.rest}, {0, 1});
 }
 
+// The arguments both ops share: the data [B, L, R] (input `data_i`), the segments located by the
+// bounds (input data_i + 1), the initial value (input data_i + 2) and the two attributes after it.
+struct SegmentArgs {
+  Val x, initial;
+  Segments g;
+  Reduce reduce;
+  bool has_initial;
+};
+SegmentArgs Parse(LowerCtx& c, size_t data_i) {
+  Emitter& e = c.e;
+  Val x = c.tensor(data_i);
+  Segments g = Locate(e, e.Convert(c.tensor(data_i + 1), kS64), x.dims()[0], x.dims()[1], x.dims()[2]);
+  return {x, c.tensor(data_i + 2), g, static_cast<Reduce>(c.int_arg(data_i + 3)), c.int_arg(data_i + 4) != 0};
+}
+
 // pjrt::segment_reduce(data [B, L, R], bounds [B, S + 1], initial [], reduce, has_initial)
 //   -> [B, S, R]
 std::vector<Val> LowerSegmentReduce(LowerCtx& c) {
   Emitter& e = c.e;
-  Val x = c.tensor(0);
-  Reduce r = static_cast<Reduce>(c.int_arg(3));
-  bool has_initial = c.int_arg(4) != 0;
-  Segments g = Locate(e, e.Convert(c.tensor(1), kS64), x.dims()[0], x.dims()[1], x.dims()[2]);
-  Val start = Start(e, r, c.tensor(2), has_initial, g, x.dtype());
+  SegmentArgs a = Parse(c, 0);
+  const Val& x = a.x;
+  const Segments& g = a.g;
+  Reduce r = a.reduce;
+  bool has_initial = a.has_initial;
+  Val start = Start(e, r, a.initial, has_initial, g, x.dtype());
   const char* combine = r == kProd ? "multiply" : r == kMax ? "maximum" : r == kMin ? "minimum" : "add";
   Val out = ScatterSegments(e, g, x, start, combine);
   if (r == kMax || r == kMin) out = Sel(e, AnyNan(e, g, x), K(e, NAN, out), out);  // NaN wins, as on the CPU
@@ -122,10 +138,10 @@ std::vector<Val> LowerSegmentReduce(LowerCtx& c) {
 //                               initial [], reduce, has_initial) -> [B, L, R]
 std::vector<Val> LowerSegmentReduceBackward(LowerCtx& c) {
   Emitter& e = c.e;
-  Val x = c.tensor(2);
-  Reduce r = static_cast<Reduce>(c.int_arg(5));
-  bool has_initial = c.int_arg(6) != 0;
-  Segments g = Locate(e, e.Convert(c.tensor(3), kS64), x.dims()[0], x.dims()[1], x.dims()[2]);
+  SegmentArgs a = Parse(c, 2);
+  const Val& x = a.x;
+  const Segments& g = a.g;
+  Reduce r = a.reduce;
   auto padded = [&](const Val& v) { return e.Pad(e.Convert(v, x.dtype()), e.Scalar(0, x.dtype()), {0, 0, 0}, {0, 1, 0}, {0, 0, 0}); };
   Val grad = GatherSegments(e, g, padded(c.tensor(0)));
   Val out = GatherSegments(e, g, padded(c.tensor(1)));
@@ -151,7 +167,7 @@ std::vector<Val> LowerSegmentReduceBackward(LowerCtx& c) {
     };
     Val other_nans = Sub(e, count(nan), Sel(e, nan, one, zero));
     Val other_zeros = Sub(e, count(is_zero), Sel(e, is_zero, one, zero));
-    Val start = Start(e, kProd, c.tensor(4), has_initial, g, x.dtype());
+    Val start = Start(e, kProd, a.initial, a.has_initial, g, x.dtype());
     Val rest = GatherSegments(e, g, ScatterSegments(e, g, Sel(e, special, one, x), start, "multiply"));
     Val with_zero = Sel(e, Cmp(e, "EQ", Abs(e, rest), K(e, INFINITY, rest)), K(e, NAN, rest), K(e, 0, rest));
     Val others = Sel(e, Cmp(e, "GT", other_nans, zero), K(e, NAN, rest),
