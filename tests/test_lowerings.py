@@ -535,6 +535,51 @@ def test_batch_norm_internal_forms_and_their_out_variants(affine):
         check(fn, [x, w, b, *stats()], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype,param_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                               (torch.bfloat16, torch.float32), (torch.float16, torch.float32)],
+                         ids=str)
+@pytest.mark.parametrize("training", [True, False])
+def test_normalization_statistics_have_cpu_dtypes_and_shapes(dtype, param_dtype, training):
+    # The CPU returns batch/layer norm statistics in the input's dtype (float when reduced-precision
+    # inputs meet float32 parameters) and empty batch-norm statistics in evaluation; torch's Meta
+    # kernels follow CUDA (always float, always per channel).
+    aten = torch.ops.aten
+    x = make((2, 3, 4), torch.float32).to(dtype)
+    w, rm, rv = torch.ones(3, dtype=param_dtype), torch.zeros(3, dtype=param_dtype), torch.ones(3, dtype=param_dtype)
+
+    def norms(x, w, rm, rv):
+        rm, rv = rm.clone(), rv.clone()
+        return (aten.native_batch_norm(x, w, None, rm, rv, training, 0.1, 1e-5)
+                + aten._native_batch_norm_legit(x, w, None, rm, rv, training, 0.1, 1e-5)
+                + aten.native_layer_norm(x, [4], w[:1].expand(4).contiguous(), None, 1e-5))
+
+    expected = norms(x, w, rm, rv)
+    actual = norms(*[t.to("pjrt") for t in (x, w, rm, rv)])
+    for a, e in zip(actual, expected):
+        assert (a.dtype, a.shape) == (e.dtype, e.shape)
+        torch.testing.assert_close(a.cpu(), e, atol=0.02, rtol=0.02)
+
+
+def test_training_batch_norm_with_infinite_parameters_gives_cpus_nans():
+    # torch's CPU form in training, y = x * (invstd * w) + (b - mean * invstd * w): an infinite
+    # weight gives NaN where (x - mean) * invstd * w would give +-inf. (Evaluation keeps the
+    # centered form, which matches the CPU on test_extremal's batch_norm_eval samples.)
+    x = make((2, 3, 4), torch.float32)
+    w = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    rm, rv = torch.tensor([0.5, float("inf"), 0.0]), torch.tensor([1.0, 2.0, float("inf")])
+    f = lambda x, w, rm, rv: F.batch_norm(x, rm.clone(), rv.clone(), w, None, training=True)
+    check(f, [x, w, rm, rv])
+
+
+def test_float_to_int32_and_int64_give_the_cpus_indefinite_value():
+    # x86's conversion (what the CPU kernels do) gives the type's minimum for NaN, +-inf and
+    # out-of-range values; narrower integers go through int64 and wrap.
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 3e9, -3e9, 1e19, 2.7, -2.7])
+    for dtype in (torch.int32, torch.int64, torch.int16, torch.uint8):
+        for source in (x, x.double(), x.half()):
+            assert torch.equal(source.to("pjrt").to(dtype).cpu(), source.to(dtype)), (source.dtype, dtype)
+
+
 def test_layer_norm_and_group_norm():
     x = make((4, 6, 8), torch.float32)
 

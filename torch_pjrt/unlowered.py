@@ -12,15 +12,16 @@ from __future__ import annotations
 from typing import Dict, Optional
 
 _NO_XLA_DECOMPOSITION = ("StableHLO has no such op and the XLA:CPU plugin expands no custom call for it (it ships "
-                         "no LAPACK); a Jacobi implementation of our own is future work")
+                         "no LAPACK)")
+_JACOBI = "; an implementation of our own (Jacobi iterations as a stablehlo.while) is future work"
 
 REASONS: Dict[str, str] = {
     # Linear algebra XLA cannot compute on this plugin.
-    "aten::_linalg_svd": "SVD: " + _NO_XLA_DECOMPOSITION + ". svd, svdvals, pinv, matrix_rank, cond, the nuclear "
-                         "and 2-norms and lstsq's gelsd driver reach it",
-    "aten::linalg_eig": "general (non-Hermitian) eigendecomposition: " + _NO_XLA_DECOMPOSITION,
-    "aten::linalg_eigvals": "general eigenvalues: " + _NO_XLA_DECOMPOSITION,
-    "aten::_linalg_eigvals": "general eigenvalues: " + _NO_XLA_DECOMPOSITION,
+    "aten::_linalg_svd": "SVD: " + _NO_XLA_DECOMPOSITION + _JACOBI + ". svd, svdvals, pinv, matrix_rank, cond, the "
+                         "nuclear and 2-norms and lstsq's gelsd driver reach it",
+    "aten::linalg_eig": "general (non-Hermitian) eigendecomposition: " + _NO_XLA_DECOMPOSITION + _JACOBI,
+    "aten::linalg_eigvals": "general eigenvalues: " + _NO_XLA_DECOMPOSITION + _JACOBI,
+    "aten::_linalg_eigvals": "general eigenvalues: " + _NO_XLA_DECOMPOSITION + _JACOBI,
     "aten::linalg_ldl_factor_ex": "LDL with LAPACK sytrf's Bunch-Kaufman pivoting, whose pivots are part of the "
                                   "result: " + _NO_XLA_DECOMPOSITION,
     "aten::linalg_ldl_solve": "solves with sytrf's factors and pivots (see linalg_ldl_factor_ex)",

@@ -7,6 +7,7 @@
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/native_layer_norm.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/upsample_bicubic2d.h>
 #include <ATen/ops/upsample_bilinear2d.h>
@@ -120,17 +121,55 @@ void MultilabelMarginLossMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* r
   results->push_back(MetaLike(self, target.sizes()));
 }
 
-// _batch_norm_with_update(input, weight?, bias?, running_mean, running_var, momentum, eps) ->
-// (output, save_mean [C], save_invstd [C], reserve [0] uint8): torch's Meta kernel fails without
-// a weight (its backend selection rejects None), as in BatchNorm(affine=False).
-void BatchNormWithUpdateMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+// The dtype of normalization statistics on the CPU: float when a half or bfloat16 input meets
+// float32 parameters (torch's is_mixed_type), else the input's. torch's Meta kernels follow CUDA
+// (always float), so these overrides give pjrt the CPU's results.
+c10::ScalarType StatsType(const at::Tensor& input, c10::ArrayRef<c10::IValue> params) {
+  if (!at::isReducedFloatingType(input.scalar_type())) return input.scalar_type();
+  for (const c10::IValue& p : params) {
+    if (p.isTensor() && p.toTensor().defined() && p.toTensor().scalar_type() == c10::kFloat) return c10::kFloat;
+  }
+  return input.scalar_type();
+}
+
+at::Tensor MetaStats(const at::Tensor& input, c10::IntArrayRef sizes, c10::ScalarType type) {
+  return at::empty(sizes, input.options().dtype(type).device(c10::kMeta));
+}
+
+// Batch norms (input, weight?, bias?, [running_mean?, running_var?,] training, momentum, eps) ->
+// (output, save_mean, save_invstd): the CPU kernel returns the statistics in StatsType, and
+// empty in evaluation. kStats: whether the running statistics are arguments; kTraining: the
+// training flag's position (-1: always training).
+template <bool kStats, int kTraining>
+void BatchNormMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   const at::Tensor& input = a[0].toTensor();
   TORCH_CHECK(input.dim() >= 2, "batch_norm: expected at least 2 dims (N, C, ...), got ", input.dim());
-  c10::ScalarType stat_type = input.scalar_type();  // as the CPU kernel's, even for bfloat16
-  results->push_back(MetaLike(input, input.sizes()));
-  results->push_back(at::empty({input.size(1)}, input.options().dtype(stat_type).device(c10::kMeta)));
-  results->push_back(at::empty({input.size(1)}, input.options().dtype(stat_type).device(c10::kMeta)));
-  results->push_back(at::empty({0}, input.options().dtype(c10::kByte).device(c10::kMeta)));
+  bool training = kTraining < 0 || a[kTraining].toBool();
+  c10::ScalarType type = StatsType(input, a.slice(1, kStats ? 4 : 2));
+  int64_t channels = training ? input.size(1) : 0;
+  results->push_back(at::empty_like(input, input.suggest_memory_format()));
+  results->push_back(MetaStats(input, {channels}, type));
+  results->push_back(MetaStats(input, {channels}, type));
+}
+
+// _batch_norm_with_update(input, weight?, bias?, running_mean, running_var, momentum, eps) ->
+// (output, save_mean, save_invstd, reserve [0] uint8): a training batch norm (torch's own Meta
+// kernel also fails without a weight: its backend selection rejects None).
+void BatchNormWithUpdateMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  BatchNormMeta<true, -1>(a, results);
+  results->push_back(at::empty({0}, a[0].toTensor().options().dtype(c10::kByte).device(c10::kMeta)));
+}
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (output, mean, rstd):
+// statistics of shape [leading dims, 1...] in StatsType, as on the CPU.
+void LayerNormMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& input = a[0].toTensor();
+  auto [out, mean, rstd] = at::native_layer_norm(input, a[1].toIntVector(), a[2].toOptional<at::Tensor>(),
+                                                 a[3].toOptional<at::Tensor>(), a[4].toDouble());
+  c10::ScalarType type = StatsType(input, a.slice(2, 2));
+  results->push_back(out);
+  results->push_back(MetaStats(input, mean.sizes(), type));
+  results->push_back(MetaStats(input, rstd.sizes(), type));
 }
 
 // geqrf(self) -> (a, tau [..., min(m, n)]), with CPU's checks.
@@ -175,6 +214,10 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::multilabel_margin_loss_backward", &GradientLikeSelfMeta},
       {"aten::geqrf", &GeqrfMeta},
       {"aten::_batch_norm_with_update", &BatchNormWithUpdateMeta},
+      {"aten::native_batch_norm", &BatchNormMeta<true, 5>},
+      {"aten::_native_batch_norm_legit", &BatchNormMeta<true, 5>},
+      {"aten::_native_batch_norm_legit.no_stats", &BatchNormMeta<false, 3>},
+      {"aten::native_layer_norm", &LayerNormMeta},
       {"aten::multilabel_margin_loss_forward", &MultilabelMarginLossMeta},
       {"aten::upsample_bilinear2d", &Upsample2dMeta<&at::upsample_bilinear2d>},
       {"aten::upsample_bicubic2d", &Upsample2dMeta<&at::upsample_bicubic2d>},

@@ -282,10 +282,23 @@ Val Emitter::Convert(const Val& x, ElementType t) {
     // convert-to-pred truncates on some backends; torch means "!= 0".
     return Compare("NE", x, Full(0, x.type));
   }
-  if (IsFloating(x.dtype()) && IsIntegral(t) && ItemSize(t) < 8) {
-    // torch converts floats to narrow integers through int64, so out-of-range values wrap
-    // (-8.5 -> 248 as uint8) where XLA's direct conversion would saturate.
-    return Convert(Convert(x, ElementType::kS64), t);
+  bool signed_word = t == ElementType::kS32 || t == ElementType::kS64;
+  if (IsFloating(x.dtype()) && IsIntegral(t) && ItemSize(t) < 8 && !signed_word) {
+    // torch's casts go through a wider signed integer (int32 for 8- and 16-bit types, int64 for
+    // uint32) and truncate, so out-of-range values wrap (-8.5 -> 248 as uint8) where XLA's
+    // direct conversion would saturate.
+    return Convert(Convert(x, ItemSize(t) < 4 ? ElementType::kS32 : ElementType::kS64), t);
+  }
+  if (IsFloating(x.dtype()) && signed_word) {
+    // The CPU's conversion (x86 cvtt*) gives the "integer indefinite" value, the type's minimum,
+    // for NaN and out-of-range values (+-inf included), where XLA's saturates or gives 0.
+    double limit = t == ElementType::kS32 ? 2147483648.0 : 9223372036854775808.0;
+    Val wide = Convert(x, ItemSize(x.dtype()) >= 4 ? x.dtype() : ElementType::kF32);
+    Val inside = Binary("and", Compare("LT", wide, Full(limit, wide.type)), Compare("GE", wide, Full(-limit, wide.type)));
+    Val v = NewValue(TensorType{t, x.dims()});
+    Line(Name(v) + " = stablehlo.convert " + Name(wide) + " : (" + TypeString(wide) + ") -> " + TypeString(v));
+    double indefinite = t == ElementType::kS32 ? -2147483648.0 : -9223372036854775808.0;
+    return Select(inside, v, Full(indefinite, v.type));
   }
   if (t == ElementType::kF8E4M3FN && x.dtype() != ElementType::kF8E5M2) {
     // float8_e4m3fn has no infinity: torch saturates values beyond its largest (448, infinities

@@ -247,9 +247,21 @@ std::vector<Val> BatchNorm(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i, siz
     var = e.Convert(c.tensor(rv_i), acc);
   }
   Val invstd = e.Unary("rsqrt", e.Binary("add", var, e.Full(eps, var.type)));
-  Val y = e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, mean, xc.dims())), PerChannel(e, invstd, xc.dims()));
-  if (!c.is_none(w_i)) y = e.Binary("multiply", y, PerChannel(e, e.Convert(c.tensor(w_i), acc), xc.dims()));
-  if (!c.is_none(b_i)) y = e.Binary("add", y, PerChannel(e, e.Convert(c.tensor(b_i), acc), xc.dims()));
+  Val y;
+  if (training) {
+    // torch's CPU form in training: y = x * alpha + beta, alpha = invstd * weight,
+    // beta = bias - mean * alpha (an infinite weight gives NaN where the centered form gives
+    // +-inf); its evaluation form is the centered one below.
+    Val alpha = invstd, beta = e.Full(0, invstd.type);
+    if (!c.is_none(w_i)) alpha = e.Binary("multiply", alpha, e.Convert(c.tensor(w_i), acc));
+    if (!c.is_none(b_i)) beta = e.Convert(c.tensor(b_i), acc);
+    beta = e.Binary("subtract", beta, e.Binary("multiply", mean, alpha));
+    y = e.Binary("add", e.Binary("multiply", xc, PerChannel(e, alpha, xc.dims())), PerChannel(e, beta, xc.dims()));
+  } else {
+    y = e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, mean, xc.dims())), PerChannel(e, invstd, xc.dims()));
+    if (!c.is_none(w_i)) y = e.Binary("multiply", y, PerChannel(e, e.Convert(c.tensor(w_i), acc), xc.dims()));
+    if (!c.is_none(b_i)) y = e.Binary("add", y, PerChannel(e, e.Convert(c.tensor(b_i), acc), xc.dims()));
+  }
   std::vector<Val> out{e.Convert(y, c.out(0).dtype)};
   // save_mean / save_invstd: torch returns empty tensors for them in some eval paths.
   out.push_back(c.out(1).dims.empty() || c.out(1).dims[0] == x.dims()[1] ? e.Convert(mean, c.out(1).dtype) : e.Full(0, c.out(1)));
