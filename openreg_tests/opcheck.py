@@ -103,12 +103,6 @@ BY_DESIGN = {
     "tensor_split": ("the sample passes its split indices as a CPU tensor, which moving every sample tensor to "
                      "pjrt moves too; tensor_split rejects that (as it does for CUDA tensors)",
                      "to be on cpu"),
-    "native_batch_norm": ("in eval mode CPU returns empty save_mean/save_invstd while the Meta kernel (which sizes "
-                          "pjrt results) returns per-channel tensors; the values that exist agree (out=: the "
-                          "empty out tensors CPU sizes are resized)",
-                          ("vs CPU (0,)", "out= tensors were reallocated instead of written in place")),
-    "_native_batch_norm_legit": ("in eval mode CPU returns empty save_mean/save_invstd while the Meta kernel (which "
-                                 "sizes pjrt results) returns per-channel tensors", "vs CPU (0,)"),
 }
 
 

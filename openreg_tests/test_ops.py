@@ -29,10 +29,6 @@ EXPECTED_FAILURES = {
     # The sample passes its split indices as a CPU tensor; moving every sample tensor to pjrt
     # moves that one too, which tensor_split rejects (as it does for CUDA tensors).
     "tensor_split": "indices must stay on the CPU",
-    # In eval mode CPU returns empty save_mean/save_invstd while the Meta kernel (which sizes pjrt
-    # results) returns per-channel tensors; the values that exist agree.
-    "native_batch_norm": "meta/CPU shape disagreement in eval mode",
-    "_native_batch_norm_legit": "meta/CPU shape disagreement in eval mode",
 }
 # Uninitialized memory: no value to compare.
 NONDETERMINISTIC = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted",

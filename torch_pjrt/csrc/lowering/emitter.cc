@@ -292,9 +292,12 @@ Val Emitter::Convert(const Val& x, ElementType t) {
   if (IsFloating(x.dtype()) && signed_word) {
     // The CPU's conversion (x86 cvtt*) gives the "integer indefinite" value, the type's minimum,
     // for NaN and out-of-range values (+-inf included), where XLA's saturates or gives 0.
+    // The test is made in the source type (for float16 the limit rounds to inf, which still
+    // excludes only the infinities): a conversion of a bfloat16 result to float first would let
+    // XLA drop that result's rounding (its excess-precision simplification).
     double limit = t == ElementType::kS32 ? 2147483648.0 : 9223372036854775808.0;
-    Val wide = Convert(x, ItemSize(x.dtype()) >= 4 ? x.dtype() : ElementType::kF32);
-    Val inside = Binary("and", Compare("LT", wide, Full(limit, wide.type)), Compare("GE", wide, Full(-limit, wide.type)));
+    Val wide = ItemSize(x.dtype()) >= 2 ? x : Convert(x, ElementType::kF32);  // float8: widened
+    Val inside = Compare("LT", Unary("abs", wide), Full(limit, wide.type));  // false for NaN
     Val v = NewValue(TensorType{t, x.dims()});
     Line(Name(v) + " = stablehlo.convert " + Name(wide) + " : (" + TypeString(wide) + ") -> " + TypeString(v));
     double indefinite = t == ElementType::kS32 ? -2147483648.0 : -9223372036854775808.0;
