@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "aten/kernel_util.h"
 #include "aten/lazy_tensor.h"
 #include "aten/torch_errors.h"
 
@@ -25,8 +26,6 @@ namespace {
 at::Tensor OnDevice(c10::IntArrayRef values, const at::Tensor& like) {
   return at::tensor(values, at::TensorOptions().dtype(c10::kLong)).to(like.device());
 }
-
-at::Tensor MetaOf(const at::Tensor& t) { return at::empty(t.sizes(), t.options().device(c10::kMeta)); }
 
 // Targets as [N, L]: a 2-d targets tensor cut to L columns, or concatenated 1-d targets gathered
 // per batch element (positions past a target's length repeat an in-range one; nothing reads them).

@@ -5,7 +5,6 @@
 // (lowering/dynamic_shape.cc). Each distinct size is its own compiled graph.
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
@@ -16,10 +15,9 @@
 
 #include "aten/dynamic_shape.h"
 #include "aten/fallback.h"
+#include "aten/kernel_util.h"
 #include "aten/lazy_tensor.h"
 #include "aten/torch_errors.h"
-#include "aten/transfer.h"
-#include "graph/index_checks.h"
 
 namespace torch_pjrt::aten {
 
@@ -30,8 +28,7 @@ using graph::TensorType;
 
 // The few numbers that cross: integer `values` computed on the device (a pjrt tensor), read back.
 std::vector<int64_t> ReadInts(const at::Tensor& values) {
-  at::Tensor host = at::empty(values.sizes(), at::TensorOptions().dtype(c10::kLong));
-  CopyToHost(values.to(c10::kLong).contiguous(), host, graph::SyncCause::kDataDependentShape);
+  at::Tensor host = ReadSizes(values, c10::kLong);
   const int64_t* p = host.const_data_ptr<int64_t>();
   return std::vector<int64_t>(p, p + host.numel());
 }
@@ -42,16 +39,6 @@ int64_t ReadCount(const char* count_op, const at::Tensor& self) {
   graph::Value n = TraceInternalOp(count_op, {self}, {}, {TensorType{ElementType::kS64, {}}})[0];
   return ReadInts(TensorOfValue(std::move(n), {}, c10::kLong, device))[0];
 }
-
-// Records that `values` must lie in [lo, hi) when `result` is computed; else the next sync point
-// raises RuntimeError(message) (a deferred check, like index bounds: no sync now).
-void CheckRangeWhenRun(const at::Tensor& values, const at::Tensor& result, int64_t lo, int64_t hi,
-                       const char* message) {
-  graph::GraphLock lock;
-  graph::AddValueRangeCheck(result.device().index(), ReadValue(values), ReadValue(result), lo, hi, message);
-}
-
-constexpr int64_t kNoUpperBound = int64_t{1} << 62;
 
 // bincount(self, weights=None, minlength=0): the largest value (and the smallest, for CPU's
 // non-negative check) crosses in one read; the counts are an index_add at that size. Weights of
@@ -126,9 +113,7 @@ at::Tensor NonzeroKernel(const at::Tensor& self) {
 at::Tensor& NonzeroOutKernel(const at::Tensor& self, at::Tensor& out) {
   TORCH_CHECK(out.scalar_type() == c10::kLong, "nonzero: Expected out tensor to have scalar type Long but got ",
               out.scalar_type());
-  at::Tensor result = NonzeroKernel(self);
-  at::native::resize_output(out, result.sizes());
-  out.copy_(result);
+  WriteOut(out, NonzeroKernel(self));
   return out;
 }
 
@@ -147,9 +132,7 @@ at::Tensor MaskedSelectKernel(const at::Tensor& self, const at::Tensor& mask) {
 }
 
 at::Tensor& MaskedSelectOutKernel(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
-  at::Tensor result = MaskedSelectKernel(self, mask);
-  at::native::resize_output(out, result.sizes());
-  out.copy_(result);
+  WriteOut(out, MaskedSelectKernel(self, mask));
   return out;
 }
 

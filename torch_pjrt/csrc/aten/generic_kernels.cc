@@ -7,23 +7,18 @@
 //   - _native_batch_norm_legit.out and _batch_norm_with_update.out (the functional ops update the
 //     running statistics; torch has no Meta kernel for these out= forms).
 #include <ATen/core/Tensor.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/_embedding_bag_backward_native.h>
 #include <ATen/ops/_batch_norm_with_update.h>
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/mvlgamma_native.h>
 #include <torch/library.h>
 
+#include "aten/kernel_util.h"
 #include "aten/torch_errors.h"
 
 namespace torch_pjrt::aten {
 
 namespace {
-
-void WriteOut(at::Tensor& out, const at::Tensor& value) {
-  at::native::resize_output(out, value.sizes());
-  out.copy_(value);
-}
 
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> BatchNormLegitOut(
     const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,

@@ -6,7 +6,6 @@
 // data_dependent_shape sync, as the CPU kernel reads them, so the edges are torch's linspace of
 // the same doubles. histogram is the one-dim case (input flattened to [N, 1]).
 #include <ATen/core/Tensor.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/amin.h>
 #include <ATen/ops/empty.h>
@@ -21,7 +20,7 @@
 #include <cmath>
 #include <vector>
 
-#include "aten/transfer.h"
+#include "aten/kernel_util.h"
 
 namespace torch_pjrt::aten {
 
@@ -87,9 +86,7 @@ std::vector<std::pair<double, double>> Ranges(const at::Tensor& x, std::optional
     return out;
   }
   if (x.size(0) == 0) return out;
-  at::Tensor bounds = at::stack({at::amin(x, 0), at::amax(x, 0)}).to(c10::kDouble);
-  at::Tensor host = at::empty({2, dims}, at::TensorOptions().dtype(c10::kDouble));
-  CopyToHost(bounds, host, graph::SyncCause::kDataDependentShape);
+  at::Tensor host = ReadSizes(at::stack({at::amin(x, 0), at::amax(x, 0)}), c10::kDouble);
   const double* p = host.const_data_ptr<double>();
   for (int64_t d = 0; d < dims; ++d) out[d] = {p[d], p[dims + d]};
   return out;
@@ -185,11 +182,6 @@ at::Tensor HistogramddFromBinTensors(const at::Tensor& self, at::TensorList bins
   at::Tensor x = Rows(self);
   CheckEdges(x, bins);
   return Counts(x, Edges(bins.begin(), bins.end()), weight, density);
-}
-
-void WriteOut(at::Tensor& out, const at::Tensor& value) {
-  at::native::resize_output(out, value.sizes());
-  out.copy_(value);
 }
 
 std::tuple<at::Tensor&, at::Tensor&> BinCountOut(const at::Tensor& self, int64_t bins,

@@ -12,7 +12,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_linalg_check_errors.h>
 #include <ATen/ops/linalg_cholesky_ex.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/linalg_lu_factor_ex.h>
 #include <ATen/ops/prod.h>
@@ -21,6 +20,8 @@
 #include <torch/library.h>
 
 #include <tuple>
+
+#include "aten/kernel_util.h"
 
 namespace torch_pjrt::aten {
 
@@ -48,11 +49,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> LinalgSlogdet(const a
   at::Tensor logabsdet = diag.abs().log().sum(-1);
   at::Tensor sign = diag.sgn().prod(-1).mul(PermutationSign(pivots)).to(A.scalar_type());
   return {sign, logabsdet, LU, pivots};
-}
-
-void WriteOut(const at::Tensor& out, const at::Tensor& value) {
-  at::native::resize_output(out, value.sizes());
-  out.copy_(value);
 }
 
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> LinalgDetOut(const at::Tensor& A, at::Tensor& result,

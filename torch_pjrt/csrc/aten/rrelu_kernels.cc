@@ -4,12 +4,12 @@
 // elsewhere, for the backward (rrelu_with_noise_backward, a composite of lowered ops). In
 // evaluation it is leaky_relu with slope (lower + upper) / 2 and `noise` is left alone.
 #include <ATen/core/Tensor.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/leaky_relu.h>
 #include <ATen/ops/where.h>
 #include <torch/library.h>
 
+#include "aten/kernel_util.h"
 #include "aten/torch_errors.h"
 
 namespace torch_pjrt::aten {
@@ -44,9 +44,8 @@ at::Tensor& RreluWithNoiseOutKernel(const at::Tensor& self, at::Tensor& noise, c
                                     const c10::Scalar& upper, bool training, std::optional<at::Generator> generator,
                                     at::Tensor& out) {
   return WithTorchErrors([&]() -> at::Tensor& {
-    at::Tensor result = RreluWithNoise(self, noise, lower, upper, training, std::move(generator));
-    at::native::resize_output(out, result.sizes());
-    return out.copy_(result);
+    WriteOut(out, RreluWithNoise(self, noise, lower, upper, training, std::move(generator)));
+    return out;
   });
 }
 

@@ -6,13 +6,13 @@
 // float8_e4m3fn, which the CPU kernel hands to oneDNN, whose conversion gives NaN. The checks are the CPU kernel's; torch's Meta kernel is CUDA's (it wants a
 // column-major second operand), so it is not used here.
 #include <ATen/core/Tensor.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/where.h>
 #include <torch/library.h>
 
 #include <limits>
 
+#include "aten/kernel_util.h"
 #include "aten/torch_errors.h"
 
 namespace torch_pjrt::aten {
@@ -64,16 +64,12 @@ at::Tensor ScaledMmV2(const at::Tensor& a, const at::Tensor& b, at::TensorList s
   });
 }
 
-at::Tensor& WriteOut(at::Tensor& out, const at::Tensor& value) {
-  at::native::resize_output(out, value.sizes());
-  return out.copy_(value);
-}
-
 at::Tensor& ScaledMmOut(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
                         const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& scale_result,
                         std::optional<c10::ScalarType> out_dtype, bool use_fast_accum, at::Tensor& out) {
-  return WriteOut(out, ScaledMm(a, b, scale_a, scale_b, bias, scale_result, out_dtype.value_or(out.scalar_type()),
-                                use_fast_accum));
+  WriteOut(out, ScaledMm(a, b, scale_a, scale_b, bias, scale_result, out_dtype.value_or(out.scalar_type()),
+                         use_fast_accum));
+  return out;
 }
 
 at::Tensor& ScaledMmV2Out(const at::Tensor& a, const at::Tensor& b, at::TensorList scale_a, at::IntArrayRef recipe_a,
@@ -81,8 +77,9 @@ at::Tensor& ScaledMmV2Out(const at::Tensor& a, const at::Tensor& b, at::TensorLi
                           at::IntArrayRef swizzle_b, const std::optional<at::Tensor>& bias,
                           std::optional<c10::ScalarType> out_dtype, at::IntArrayRef contraction_dim,
                           bool use_fast_accum, at::Tensor& out) {
-  return WriteOut(out, ScaledMmV2(a, b, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, bias,
-                                  out_dtype.value_or(out.scalar_type()), contraction_dim, use_fast_accum));
+  WriteOut(out, ScaledMmV2(a, b, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, bias,
+                           out_dtype.value_or(out.scalar_type()), contraction_dim, use_fast_accum));
+  return out;
 }
 
 }  // namespace

@@ -13,19 +13,14 @@
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include "aten/kernel_util.h"
 #include "aten/lazy_tensor.h"
 #include "aten/torch_errors.h"
-#include "graph/index_checks.h"
 
 namespace torch_pjrt::aten {
 
 namespace {
 
-at::Tensor MetaOf(const at::Tensor& t) { return at::empty(t.sizes(), t.options().device(c10::kMeta)); }
-std::optional<at::Tensor> MetaOf(const std::optional<at::Tensor>& t) {
-  if (!t.has_value() || !t->defined()) return std::nullopt;
-  return MetaOf(*t);
-}
 bool Given(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
 
 int64_t ReduceCode(c10::string_view reduce) {
@@ -80,14 +75,11 @@ SegmentCall Prepare(const at::Tensor& data, c10::string_view reduce, const std::
 
 // The CPU kernel's checks of lengths (unless unsafe), as deferred checks of `result`.
 void CheckLengthsWhenRun(const at::Tensor& lengths, int64_t axis_size, const at::Tensor& result) {
-  graph::GraphLock lock;
-  int device = result.device().index();
-  graph::Value consumer = ReadValue(result);
-  graph::AddValueRangeCheck(device, ReadValue(lengths.to(c10::kLong)), consumer, 0, int64_t{1} << 62,
-                            "lengths contains negative value!");
-  graph::AddValueRangeCheck(device, ReadValue(lengths.to(c10::kLong).sum(-1).sub(axis_size)), consumer, 0, 1,
-                            "segment_reduce(): Expected all rows of lengths along axis to sum to "
-                            "data.size(lengths.dim()-1) when !unsafe.");
+  at::Tensor l = lengths.to(c10::kLong);
+  CheckRangeWhenRun(l, result, 0, kNoUpperBound, "lengths contains negative value!");
+  CheckRangeWhenRun(l.sum(-1).sub(axis_size), result, 0, 1,
+                    "segment_reduce(): Expected all rows of lengths along axis to sum to "
+                    "data.size(lengths.dim()-1) when !unsafe.");
 }
 
 at::Tensor SegmentReduce(const at::Tensor& data, c10::string_view reduce, const std::optional<at::Tensor>& lengths,

@@ -81,23 +81,6 @@ Val IdentityOf(Emitter& e, Reduce r, const TensorType& t) {
   }
 }
 
-// The per-segment start value [B, S + 1, R]: `initial` where given, else the reduction's identity.
-Val Start(Emitter& e, Reduce r, const Val& initial, bool has_initial, const Segments& g, ElementType t) {
-  TensorType type{t, {g.batch, g.count + 1, g.rest}};
-  return has_initial ? e.BroadcastTo(e.Convert(initial, t), type.dims) : IdentityOf(e, r, type);
-}
-
-Val AnyNan(Emitter& e, const Segments& g, const Val& x) {
-  Val nan = e.Convert(IsNan(e, x), x.dtype());
-  Val count = ScatterSegments(e, g, nan, e.Full(0, TensorType{x.dtype(), {g.batch, g.count + 1, g.rest}}), "add");
-  return Cmp(e, "GT", count, K(e, 0, count));
-}
-
-Val SizesAsRows(Emitter& e, const Segments& g, ElementType t) {
-  Val sizes = e.Pad(e.Convert(g.sizes, t), e.Scalar(0, t), {0, 0}, {0, 1}, {0, 0});  // [B, S + 1]
-  return e.BroadcastInDim(sizes, {g.batch, g.count + 1, g.rest}, {0, 1});
-}
-
 // The arguments both ops share: the data [B, L, R] (input `data_i`), the segments located by the
 // bounds (input data_i + 1), the initial value (input data_i + 2) and the two attributes after it.
 struct SegmentArgs {
@@ -113,6 +96,24 @@ SegmentArgs Parse(LowerCtx& c, size_t data_i) {
   return {x, c.tensor(data_i + 2), g, static_cast<Reduce>(c.int_arg(data_i + 3)), c.int_arg(data_i + 4) != 0};
 }
 
+// The per-segment start value of reduction `r` [B, S + 1, R]: the initial value where given, else
+// the reduction's identity.
+Val Start(Emitter& e, const SegmentArgs& a, Reduce r) {
+  TensorType type{a.x.dtype(), {a.g.batch, a.g.count + 1, a.g.rest}};
+  return a.has_initial ? e.BroadcastTo(e.Convert(a.initial, type.dtype), type.dims) : IdentityOf(e, r, type);
+}
+
+Val AnyNan(Emitter& e, const Segments& g, const Val& x) {
+  Val nan = e.Convert(IsNan(e, x), x.dtype());
+  Val count = ScatterSegments(e, g, nan, e.Full(0, TensorType{x.dtype(), {g.batch, g.count + 1, g.rest}}), "add");
+  return Cmp(e, "GT", count, K(e, 0, count));
+}
+
+Val SizesAsRows(Emitter& e, const Segments& g, ElementType t) {
+  Val sizes = e.Pad(e.Convert(g.sizes, t), e.Scalar(0, t), {0, 0}, {0, 1}, {0, 0});  // [B, S + 1]
+  return e.BroadcastInDim(sizes, {g.batch, g.count + 1, g.rest}, {0, 1});
+}
+
 // pjrt::segment_reduce(data [B, L, R], bounds [B, S + 1], initial [], reduce, has_initial)
 //   -> [B, S, R]
 std::vector<Val> LowerSegmentReduce(LowerCtx& c) {
@@ -121,15 +122,14 @@ std::vector<Val> LowerSegmentReduce(LowerCtx& c) {
   const Val& x = a.x;
   const Segments& g = a.g;
   Reduce r = a.reduce;
-  bool has_initial = a.has_initial;
-  Val start = Start(e, r, a.initial, has_initial, g, x.dtype());
+  Val start = Start(e, a, r);
   const char* combine = r == kProd ? "multiply" : r == kMax ? "maximum" : r == kMin ? "minimum" : "add";
   Val out = ScatterSegments(e, g, x, start, combine);
   if (r == kMax || r == kMin) out = Sel(e, AnyNan(e, g, x), K(e, NAN, out), out);  // NaN wins, as on the CPU
   if (r == kMean) {
     Val n = SizesAsRows(e, g, x.dtype());
     Val mean = Div(e, out, n);  // 0 / 0: NaN for an empty segment without initial
-    out = has_initial ? Sel(e, Cmp(e, "GT", n, K(e, 0, n)), mean, start) : mean;
+    out = a.has_initial ? Sel(e, Cmp(e, "GT", n, K(e, 0, n)), mean, start) : mean;
   }
   return {e.SliceDim(out, 1, 0, g.count)};
 }
@@ -167,7 +167,7 @@ std::vector<Val> LowerSegmentReduceBackward(LowerCtx& c) {
     };
     Val other_nans = Sub(e, count(nan), Sel(e, nan, one, zero));
     Val other_zeros = Sub(e, count(is_zero), Sel(e, is_zero, one, zero));
-    Val start = Start(e, kProd, a.initial, a.has_initial, g, x.dtype());
+    Val start = Start(e, a, kProd);
     Val rest = GatherSegments(e, g, ScatterSegments(e, g, Sel(e, special, one, x), start, "multiply"));
     Val with_zero = Sel(e, Cmp(e, "EQ", Abs(e, rest), K(e, INFINITY, rest)), K(e, NAN, rest), K(e, 0, rest));
     Val others = Sel(e, Cmp(e, "GT", other_nans, zero), K(e, NAN, rest),
