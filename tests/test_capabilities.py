@@ -254,4 +254,8 @@ print("RESULT " + json.dumps({"faults": faults, "said": torch_pjrt._C._keep_free
     tuned = json.loads(run_python(code).stdout.split("RESULT ")[-1])
     default = json.loads(run_python(code, env={"MALLOC_ARENA_MAX": "8"}).stdout.split("RESULT ")[-1])
     assert default["said"].startswith("left alone") and not tuned["said"].startswith("left alone")
-    assert tuned["faults"] * 3 < default["faults"], (tuned, default)
+    # One 32 MB activation is 8192 pages; a step that faulted its temporaries in afresh would take
+    # several times that. The default's count is not compared: with transparent huge pages set to
+    # "always" (a machine setting) the default faults in 2 MB pages and its count says little.
+    activation_pages = 4096 * 2048 * 4 // 4096
+    assert tuned["faults"] < activation_pages / 8, (tuned, default)
