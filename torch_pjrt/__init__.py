@@ -40,7 +40,7 @@ def _register():
         torch._register_device_module("pjrt", device_module)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
-    _C._set_candidate_provider(registry.candidate_config)
+    _C._set_candidate_provider(_start_candidate)
     # XLA hardware prefers bfloat16 (torch's default for a PrivateUse1 device is float16); the
     # selected plugin's first AMP dtype replaces it when the device starts, if it differs.
     torch.set_autocast_dtype("pjrt", torch.bfloat16)
@@ -49,6 +49,15 @@ def _register():
     _register_distributed_backend()
     atexit.register(device_module._shutdown)
     _registered = True
+
+
+def _start_candidate(index):
+    """The C++ runtime's question at first device use: how to start candidate ``index``. The
+    first question is also the moment to prepare what the eager path needs from Python."""
+    from . import _dynamo_free_meta
+    from .backends import registry
+    _dynamo_free_meta.install()
+    return registry.candidate_config(index)
 
 
 def _is_fake(tensor) -> bool:
