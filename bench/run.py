@@ -43,6 +43,32 @@ def import_time(autoload, runs=9):
     return statistics.median(times)
 
 
+FIRST_OP = """
+import json, sys, time
+import torch
+t = time.perf_counter()
+y = (torch.ones(2, device=DEVICE) + 1).cpu()
+print(json.dumps({"s": time.perf_counter() - t, "dynamo": "torch._dynamo" in sys.modules,
+                  "sympy": "sympy" in sys.modules}))
+"""
+
+
+def first_op_time(device, runs=5):
+    """Seconds from the end of `import torch` to the first op's result on the CPU, in a fresh
+    process with an empty compile cache (for pjrt: plugin start, tracing, compile, execution),
+    the median of `runs`; and whether that first op imported torch._dynamo or sympy."""
+    times, imported = [], {}
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, TORCH_PJRT_CACHE_DIR=cache)
+            out = subprocess.run([PY, "-c", FIRST_OP.replace("DEVICE", repr(device))], capture_output=True,
+                                 text=True, env=env, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        times.append(r["s"])
+        imported = {k: r[k] for k in ("dynamo", "sympy")}
+    return {"s": statistics.median(times), **imported}
+
+
 def fmt(v, digits=1):
     return "-" if v is None else f"{v:.{digits}f}"
 
@@ -82,6 +108,8 @@ def main():
         print(workload, json.dumps(results[workload]), flush=True)
     results["import"] = {"without_torch_pjrt_s": import_time(False), "with_torch_pjrt_s": import_time(True)}
     print("import", results["import"], flush=True)
+    results["first_op"] = {device: first_op_time(device) for device in ("pjrt", "cpu")}
+    print("first op", results["first_op"], flush=True)
 
     with open(os.path.join(HERE, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
@@ -115,6 +143,8 @@ def main():
         f"| `import torch` without torch_pjrt (autoload off) | {r['import']['without_torch_pjrt_s']:.3f} s |",
         f"| `import torch` with torch_pjrt autoloaded | {r['import']['with_torch_pjrt_s']:.3f} s |",
         f"| difference | {r['import']['with_torch_pjrt_s'] - r['import']['without_torch_pjrt_s']:+.3f} s |",
+        f"| first op after `import torch`, cold process and empty compile cache: pjrt (plugin start included) / CPU eager | {r['first_op']['pjrt']['s']:.3f} s / {r['first_op']['cpu']['s']:.4f} s |",
+        f"| the pjrt first op imported torch._dynamo / sympy | {r['first_op']['pjrt']['dynamo']} / {r['first_op']['pjrt']['sympy']} |",
         "",
     ]
     errors = {f"{w}/{b}": v["error"] for w in WORKLOADS for b, v in r[w].items() if "error" in v}

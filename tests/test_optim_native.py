@@ -174,3 +174,36 @@ def test_optimizer_steps_on_cpu_parameters_launch_nothing():
         opt.step()
     assert c["Executions"] == 0 and c["Sync::optimizer_step"] == 0
     assert pending.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+# Optimizers whose state starts as zeros (zeros_like / zeros): read as device buffers during
+# optimizer.step(), the first step's graph is the one every later step runs. SGD's momentum starts
+# as a copy of the gradient and Adagrad's sum as full_like, so their second step is a new graph.
+ZERO_STATE = ["adam-foreach", "adam-fused", "adamw-foreach", "adamw-fused-amsgrad", "rmsprop-foreach"]
+
+
+@pytest.mark.parametrize("name", ZERO_STATE)
+def test_the_first_step_compiles_the_graph_of_every_later_step(name):
+    torch.manual_seed(0)
+    shapes = {"cpu": None, "pjrt": None}
+    results = {}
+    for device in shapes:
+        torch.manual_seed(0)  # layer sizes no other test uses, so no earlier test compiled this graph
+        model = torch.nn.Sequential(torch.nn.Linear(6, 11), torch.nn.Tanh(), torch.nn.Linear(11, 2)).to(device)
+        opt = OPTIMIZERS[name](model.parameters())
+        x = torch.randn(3, 6).to(device)
+        per_step = []
+        for _ in range(3):
+            with Counters() as c:
+                opt.zero_grad()
+                model(x).square().mean().backward()
+                opt.step()
+                if device == "pjrt":
+                    torch.pjrt.synchronize()
+            per_step.append(c)
+        results[device] = [p.detach().cpu() for p in model.parameters()]
+    for a, b in zip(results["pjrt"], results["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert per_step[0]["GraphsLowered"] == 1
+    assert [c["GraphsLowered"] for c in per_step[1:]] == [0, 0]
+    assert [c["Executions"] for c in per_step] == [1, 1, 1]

@@ -102,8 +102,17 @@ def _launch_after_optimizer_steps():
     trace step after step into one graph until the pending-node bound cuts it at an arbitrary
     point, and every cut graph is new: compiles instead of one cached step graph. Launching at
     the end of ``optimizer.step()`` (asynchronously: nothing waits) keeps one execution per step.
+
+    During the step, zero-filled storages are read as device buffers (``_set_zero_reads_as_buffers``):
+    optimizer state made in the first step (Adam's ``zeros_like(param)``) is then a graph input
+    as in every later step, so the first and later steps compile one graph, not two.
     """
+    def begin(optimizer, args, kwargs):
+        if not torch.compiler.is_compiling():
+            _C._set_zero_reads_as_buffers(True)
+
     def launch(optimizer, args, kwargs):
+        _C._set_zero_reads_as_buffers(False)
         if torch.compiler.is_compiling():  # a compiled step launches its own graph
             return
         devices = {p.device.index for group in optimizer.param_groups for p in group["params"]
@@ -113,7 +122,9 @@ def _launch_after_optimizer_steps():
 
     import torch
     from . import _C
-    from torch.optim.optimizer import register_optimizer_step_post_hook  # autoload runs mid-`import torch`
+    from torch.optim.optimizer import (  # autoload runs mid-`import torch`
+        register_optimizer_step_post_hook, register_optimizer_step_pre_hook)
+    register_optimizer_step_pre_hook(begin)
     register_optimizer_step_post_hook(launch)
 
 

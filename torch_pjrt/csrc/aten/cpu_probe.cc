@@ -13,6 +13,7 @@
 
 #include "aten/ivalue_map.h"
 #include "aten/lazy_tensor.h"
+#include "aten/native_meta.h"
 
 namespace torch_pjrt::aten {
 
@@ -86,7 +87,7 @@ bool ProbeIsSmall(const OpSignature& sig, const torch::jit::Stack& probe) {
     }
   }
   try {
-    sig.op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+    RunMetaKernel(sig.op, &meta);
   } catch (const std::exception&) {
     // No Meta kernel for the op itself, invalid stand-in shapes, or a Meta kernel refusing a
     // value (masked_fill's of an infinite fill): small if no integer list can size a result.

@@ -55,11 +55,12 @@ at::Tensor Bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
   TORCH_CHECK(!weighted || (weights->dim() == 1 && weights->size(0) == self.size(0)),
               "weights should be 1-d and have the same length as input");
   int64_t size = std::max(bounds[1] + 1, minlength);
+  at::Tensor index = self.to(c10::kLong);  // index_add takes int32/int64 indices (uint8 inputs)
   if (!weighted) {
-    return at::zeros({size}, self.options().dtype(c10::kLong)).index_add_(0, self, at::ones_like(self, c10::kLong));
+    return at::zeros({size}, self.options().dtype(c10::kLong)).index_add_(0, index, at::ones_like(self, c10::kLong));
   }
   c10::ScalarType sum_type = weights->scalar_type() == c10::kFloat ? c10::kFloat : c10::kDouble;
-  return at::zeros({size}, weights->options().dtype(sum_type)).index_add_(0, self, weights->to(sum_type));
+  return at::zeros({size}, weights->options().dtype(sum_type)).index_add_(0, index, weights->to(sum_type));
 }
 
 at::Tensor BincountKernel(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {

@@ -23,6 +23,7 @@
 #include "aten/ivalue_map.h"
 #include "aten/lazy_tensor.h"
 #include "aten/meta_overrides.h"
+#include "aten/native_meta.h"
 #include "aten/lowered_kernel.h"
 #include "aten/op_signature.h"
 #include "aten/torch_errors.h"
@@ -145,12 +146,6 @@ OutSpec SpecOf(const at::Tensor& t) {
                  c10::SmallVector<int64_t, 6>(t.strides().begin(), t.strides().end())};
 }
 
-// "aten::name.overload" of the functional op of `sig`.
-std::string FunctionalName(const OpSignature& sig) {
-  const c10::FunctionSchema& s = sig.functional.schema();
-  return s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
-}
-
 MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   c10::DispatchKeySet meta_keys(c10::DispatchKey::Meta);
   MetaOverride override_fn = nullptr;
@@ -166,13 +161,13 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
     sig.op.redispatchBoxed(meta_keys, &stack);
   } else {
     for (size_t i = 0; i < sig.num_functional_args; ++i) stack.push_back(ToMetaIValue(args[i]));
-    override_fn = FindMetaOverride(FunctionalName(sig));
+    override_fn = FindMetaOverride(FullName(sig.functional));
     if (override_fn != nullptr) {
       torch::jit::Stack results;
       override_fn(stack, &results);
       stack = std::move(results);
     } else {
-      sig.meta.redispatchBoxed(meta_keys, &stack);
+      RunMetaKernel(sig.meta, &stack);  // unlike an override, a native kernel keeps the variant's checks
     }
   }
   for (const c10::IValue& r : stack) {
@@ -200,7 +195,7 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
         check.push_back(ToMetaIValue(iv));
       }
     }
-    sig.op.redispatchBoxed(meta_keys, &check);
+    RunMetaKernel(sig.op, &check);
   }
   return result;
 }

@@ -8,6 +8,7 @@
 
 #include "graph/metrics.h"
 #include "lowering/lowering.h"
+#include "runtime/runtime.h"
 
 namespace torch_pjrt::graph {
 
@@ -134,6 +135,36 @@ int InternalOp(const char* name) {
   return op;
 }
 
+namespace {
+
+thread_local bool zero_reads_as_buffers = false;
+
+// A device buffer of zeros of type `t` (one host-to-device copy).
+std::shared_ptr<runtime::Buffer> ZeroBuffer(int device, const TensorType& t) {
+  size_t bytes = static_cast<size_t>(NumElements(t.dims)) * ItemSize(t.dtype);
+  std::unique_ptr<char[]> zeros(new char[bytes]());
+  std::vector<int64_t> dims(t.dims.begin(), t.dims.end());
+  return runtime::Buffer::FromHost(runtime::GetClient(), device, t.dtype, dims, zeros.get());
+}
+
+// Whether `v` is all zeros by construction: zero_'s result or a never-written storage's zeros.
+bool IsZerosValue(const Value& v) {
+  static const int zero = lowering::FindLowering("zero");
+  static const int zeros = InternalOp("pjrt::zeros");
+  return v.node->kind == NodeKind::kOp && (v.node->op == zero || v.node->op == zeros);
+}
+
+// Under SetZeroReadsAsBuffers: the zeros `s` holds since zero_ (zeros_like's second half) become a
+// device buffer of the type its value has, so the read is a graph parameter as in later steps.
+// (zero_'s own read of the never-written storage stays a zeros node: its result ignores it.)
+void MaterializeZeros(LazyStorage* s) {
+  if (!s->has_pending() || !IsZerosValue(s->pending())) return;
+  s->SetBuffer(ZeroBuffer(s->device(), s->pending().type()));
+  ForgetDirty(s);  // no longer written in this trace: its next write orders its output as in step 2
+}
+
+}  // namespace
+
 Value StorageValue(LazyStorage* s, ElementType dtype) {
   if (s->error()) throw DeviceError(*s->error());
   if (s->has_pending()) return s->pending();
@@ -164,6 +195,8 @@ Value StorageValue(LazyStorage* s, ElementType dtype) {
   return MakeOp(zeros, s->device(), {}, {}, {}, {t})[0];
 }
 
+void SetZeroReadsAsBuffers(bool on) { zero_reads_as_buffers = on; }
+
 Value ViewOfValue(Value src, const TensorView& view) {
   const TensorType& t = src.type();
   if (t.dtype == view.dtype && t.dims == view.sizes && view.offset == 0 &&
@@ -185,6 +218,7 @@ Value ViewOfValue(Value src, const TensorView& view) {
 }
 
 Value ReadTensor(LazyStorage* s, const TensorView& view) {
+  if (zero_reads_as_buffers) MaterializeZeros(s);
   return ViewOfValue(StorageValue(s, view.dtype), view);
 }
 
@@ -266,6 +300,7 @@ void ForgetDirty(LazyStorage* s) {
   if (s->dirty_epoch == trace.epoch && s->dirty_index < trace.dirty.size() &&
       trace.dirty[s->dirty_index] == s) {
     trace.dirty[s->dirty_index] = nullptr;
+    s->dirty_epoch = 0;  // a later write in this epoch adds it again
   }
 }
 

@@ -100,6 +100,11 @@ bool IsContiguous(const Dims& sizes, const Dims& strides);
 // The whole value of `s` (a parameter for a buffer, zeros if never written). `dtype` is used
 // only for a never-written storage.
 Value StorageValue(LazyStorage* s, ElementType dtype);
+// While on (per thread), a read of a never-written storage makes it a device buffer of zeros
+// instead of a zeros node: set during optimizer.step(), so that optimizer state created in the
+// first step (zeros_like(param)) is a graph input there as in every later step, and the steps
+// share one compiled graph.
+void SetZeroReadsAsBuffers(bool on);
 // A strided view of `src`, an array whose row-major order is some storage's memory order.
 Value ViewOfValue(Value src, const TensorView& view);
 // The value of a tensor view of `s`.

@@ -9,6 +9,7 @@
 #include "aten/fallback.h"
 #include "aten/lazy_tensor.h"
 #include "aten/lowered_kernel.h"
+#include "aten/native_meta.h"
 #include "graph/compile_cache.h"
 #include "graph/executor.h"
 #include "graph/metrics.h"
@@ -260,6 +261,7 @@ PYBIND11_MODULE(_C, m) {
     g->set_offset(state[1]);
   });
   m.def("_set_fallback_warnings", &aten::SetFallbackWarningsEnabled);
+  m.def("_set_zero_reads_as_buffers", &graph::SetZeroReadsAsBuffers);
   m.def("_fallback_warnings", &aten::FallbackWarningsEnabled);
   m.def("_cache_dir", [] {
     graph::GraphLock lock;
@@ -338,6 +340,8 @@ PYBIND11_MODULE(_C, m) {
     }
     return names;
   });
+  // Ops whose Meta kernel runs as ATen's C++ function instead of torch's Python one (tests).
+  m.def("_native_meta_ops", &aten::NativeMetaOps);
   // For plugins whose buffers are host heap allocations; called from their configure hooks.
   m.def("_keep_freed_blocks_in_heap", &torch_pjrt::runtime::KeepFreedBlocksInHeap);
   // Compiles StableHLO text with the active plugin and returns its number of outputs: a debugging

@@ -1,0 +1,130 @@
+"""Ops whose result shapes come from ATen's C++ Meta kernels (aten/native_meta.cc) instead of
+torch's Python references: dtypes, shapes and strides as the CPU gives them (the C++ functions are
+the CPU kernels' own meta functions), and no Python Meta kernel on the first ops of a process."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import DEVICE, Counters, run_python, to_cpu, to_pjrt
+
+
+def _layouts():
+    """Inputs in the layouts where output strides are decided: transposed, channels-last,
+    broadcast, and a 0-d CPU tensor as the second operand."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, generator=g)
+    return {
+        "transposed": (x[0, 0].t(), torch.randn(4, generator=g)),
+        "channels_last": (x.contiguous(memory_format=torch.channels_last), torch.randn(1, 3, 1, 1, generator=g)),
+        "cpu_scalar": (x, torch.tensor(1.5)),
+    }
+
+
+BINARY = {
+    "add": lambda a, b: torch.add(a, b, alpha=2), "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "floor_div": lambda a, b: torch.div(a, b, rounding_mode="floor"), "pow": lambda a, b: a.abs() ** b,
+    "maximum": torch.maximum, "fmin": torch.fmin, "atan2": torch.atan2, "remainder": torch.remainder,
+    "lt": torch.lt, "eq": torch.eq, "logaddexp": torch.logaddexp, "hypot": torch.hypot,
+    "copysign": torch.copysign, "xlogy": torch.xlogy, "lerp": lambda a, b: torch.lerp(a, b, 0.3),
+    "where": lambda a, b: torch.where(a > 0, a, b), "addcmul": lambda a, b: torch.addcmul(a, a, b, value=0.5),
+}
+UNARY = {
+    "exp": torch.exp, "log1p": lambda a: torch.log1p(a.abs()), "rsqrt": lambda a: torch.rsqrt(a.abs() + 1),
+    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf, "round": lambda a: torch.round(a, decimals=1),
+    "sign": torch.sign, "signbit": torch.signbit, "neg": torch.neg, "gelu": F.gelu, "silu": F.silu,
+    "softplus": F.softplus, "leaky_relu": F.leaky_relu, "elu": F.elu, "clamp": lambda a: a.clamp(-0.5, 0.5),
+    "softmax": lambda a: a.softmax(-1), "log_softmax": lambda a: a.log_softmax(0),
+    "sum": lambda a: a.sum(-1, keepdim=True), "mean": lambda a: a.mean((0, -1)), "amax": lambda a: a.amax(-1),
+    "argmax": lambda a: a.argmax(0), "cumsum": lambda a: a.cumsum(-1), "sort": lambda a: a.sort(dim=-1, stable=True),
+    "topk": lambda a: a.topk(2, -1), "tril": lambda a: a.tril(), "norm": lambda a: torch.linalg.vector_norm(a, dim=-1),
+}
+
+
+def _check_like_cpu(fn, args):
+    expected = fn(*args)
+    with Counters() as c:
+        got = fn(*to_pjrt(args))
+        got_cpu = to_cpu(got)
+    assert c["CpuFallbacks"] == 0
+    for e, g, gc in zip(*[x if isinstance(x, tuple) else (x,) for x in (expected, got, got_cpu)]):
+        assert (g.dtype, g.shape, g.stride()) == (e.dtype, e.shape, e.stride())
+        torch.testing.assert_close(gc, e, equal_nan=True)
+
+
+@pytest.mark.parametrize("layout", list(_layouts()))
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_ops_have_cpu_dtypes_and_strides(name, layout):
+    _check_like_cpu(BINARY[name], _layouts()[layout])
+
+
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_and_reduction_ops_have_cpu_dtypes_and_strides(name, layout):
+    _check_like_cpu(UNARY[name], _layouts()[layout][:1])
+
+
+@pytest.mark.parametrize("case", ["int_true_div", "int_float_scalar", "bool_add", "int_pow_float", "cmp_mixed"])
+def test_type_promotion_matches_cpu(case):
+    i = torch.arange(-3, 3)
+    fn, args = {
+        "int_true_div": (torch.div, (i, torch.tensor(2))),
+        "int_float_scalar": (lambda a: a * 2.5, (i,)),
+        "bool_add": (torch.add, (i > 0, i < 0)),
+        "int_pow_float": (lambda a: a.pow(0.5), (i.abs(),)),
+        "cmp_mixed": (torch.ge, (i, torch.tensor(0.5, dtype=torch.float64))),
+    }[case]
+    _check_like_cpu(fn, args)
+
+
+def test_errors_are_cpus():
+    a = torch.ones(2, 3)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        torch.add(a, torch.ones(4)).cpu()
+    with pytest.raises(RuntimeError, match="must match the size"):
+        torch.add(a.to(DEVICE), torch.ones(4, device=DEVICE)).cpu()
+    with pytest.raises(RuntimeError, match="0-dimension value tensor"):
+        torch.ones(2, device=DEVICE).fill_(torch.ones(2, device=DEVICE))
+
+
+def test_matmuls_losses_and_pools_match_cpu():
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(3, 4, generator=g), torch.randn(4, 5, generator=g)
+    image = torch.randn(2, 3, 8, 8, generator=g).contiguous(memory_format=torch.channels_last)
+    target = torch.tensor([1, 0, 3])
+    for fn, args in [
+        (torch.mm, (a, b)), (lambda x, y, c: torch.addmm(c, x, y, beta=0.5), (a, b, torch.ones(5))),
+        (torch.bmm, (a[None].expand(2, 3, 4), b[None].expand(2, 4, 5))),
+        (lambda x, y: torch.cat([x, y.t()[:, :4].double()]), (a, b)),
+        (lambda x, t: F.nll_loss(x.log_softmax(-1), t), (a, target)), (F.mse_loss, (a, a.flip(0))),
+        (lambda x: F.max_pool2d(x, 2), (image,)), (lambda x: F.avg_pool2d(x, 3, 1, 1), (image,)),
+        (lambda x: F.interpolate(x, scale_factor=2), (image,)),
+        (lambda x, t: x.gather(1, t[:, None]), (a, target)),
+    ]:
+        _check_like_cpu(fn, args)
+
+
+def test_table_covers_the_hot_ops():
+    names = set(torch_pjrt_native_meta_ops())
+    for op in ["aten::add.Tensor", "aten::mul.Tensor", "aten::fill.Scalar", "aten::sum.dim_IntList",
+               "aten::_softmax", "aten::mm", "aten::cat", "aten::gelu", "aten::nll_loss_forward"]:
+        assert op in names
+
+
+def torch_pjrt_native_meta_ops():
+    import torch_pjrt
+    return torch_pjrt._C._native_meta_ops()
+
+
+def test_first_ops_run_no_python_meta_kernel():
+    """torch's Python Meta kernels import sympy (0.25 s) on their first call; the first ops of a
+    process (factories, arithmetic, reductions, a linear layer's forward and backward) use the
+    C++ ones."""
+    out = run_python("""
+        import sys, torch
+        x = torch.ones(4, 8, device="pjrt", requires_grad=True)
+        w = torch.zeros(3, 8, device="pjrt").add_(0.5).requires_grad_()
+        y = torch.nn.functional.linear(x * 2 + 1, w).tanh().softmax(-1).sum()
+        y.backward()
+        print(y.item(), x.grad.sum().item(), "sympy", "sympy" in sys.modules)
+    """).stdout
+    assert "sympy False" in out, out

@@ -1,0 +1,597 @@
+#include "aten/native_meta.h"
+
+#include <ATen/core/boxing/impl/make_boxed_from_unboxed_functor.h>
+#include <ATen/ops/_addmm_activation_meta_dispatch.h>
+#include <ATen/ops/_addmm_activation_ops.h>
+#include <ATen/ops/_log_softmax_backward_data_meta_dispatch.h>
+#include <ATen/ops/_log_softmax_backward_data_ops.h>
+#include <ATen/ops/_log_softmax_meta_dispatch.h>
+#include <ATen/ops/_log_softmax_ops.h>
+#include <ATen/ops/_softmax_backward_data_meta_dispatch.h>
+#include <ATen/ops/_softmax_backward_data_ops.h>
+#include <ATen/ops/_softmax_meta_dispatch.h>
+#include <ATen/ops/_softmax_ops.h>
+#include <ATen/ops/acos_meta_dispatch.h>
+#include <ATen/ops/acos_ops.h>
+#include <ATen/ops/acosh_meta_dispatch.h>
+#include <ATen/ops/acosh_ops.h>
+#include <ATen/ops/add_meta_dispatch.h>
+#include <ATen/ops/add_ops.h>
+#include <ATen/ops/addcdiv_meta_dispatch.h>
+#include <ATen/ops/addcdiv_ops.h>
+#include <ATen/ops/addcmul_meta_dispatch.h>
+#include <ATen/ops/addcmul_ops.h>
+#include <ATen/ops/addmm_meta_dispatch.h>
+#include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/addmv_meta_dispatch.h>
+#include <ATen/ops/addmv_ops.h>
+#include <ATen/ops/all_meta_dispatch.h>
+#include <ATen/ops/all_ops.h>
+#include <ATen/ops/amax_meta_dispatch.h>
+#include <ATen/ops/amax_ops.h>
+#include <ATen/ops/amin_meta_dispatch.h>
+#include <ATen/ops/amin_ops.h>
+#include <ATen/ops/aminmax_meta_dispatch.h>
+#include <ATen/ops/aminmax_ops.h>
+#include <ATen/ops/any_meta_dispatch.h>
+#include <ATen/ops/any_ops.h>
+#include <ATen/ops/argmax_meta_dispatch.h>
+#include <ATen/ops/argmax_ops.h>
+#include <ATen/ops/argmin_meta_dispatch.h>
+#include <ATen/ops/argmin_ops.h>
+#include <ATen/ops/asin_meta_dispatch.h>
+#include <ATen/ops/asin_ops.h>
+#include <ATen/ops/asinh_meta_dispatch.h>
+#include <ATen/ops/asinh_ops.h>
+#include <ATen/ops/atan2_meta_dispatch.h>
+#include <ATen/ops/atan2_ops.h>
+#include <ATen/ops/atan_meta_dispatch.h>
+#include <ATen/ops/atan_ops.h>
+#include <ATen/ops/atanh_meta_dispatch.h>
+#include <ATen/ops/atanh_ops.h>
+#include <ATen/ops/avg_pool2d_backward_meta_dispatch.h>
+#include <ATen/ops/avg_pool2d_backward_ops.h>
+#include <ATen/ops/avg_pool2d_meta_dispatch.h>
+#include <ATen/ops/avg_pool2d_ops.h>
+#include <ATen/ops/baddbmm_meta_dispatch.h>
+#include <ATen/ops/baddbmm_ops.h>
+#include <ATen/ops/bitwise_and_meta_dispatch.h>
+#include <ATen/ops/bitwise_and_ops.h>
+#include <ATen/ops/bitwise_not_meta_dispatch.h>
+#include <ATen/ops/bitwise_not_ops.h>
+#include <ATen/ops/bitwise_or_meta_dispatch.h>
+#include <ATen/ops/bitwise_or_ops.h>
+#include <ATen/ops/bitwise_xor_meta_dispatch.h>
+#include <ATen/ops/bitwise_xor_ops.h>
+#include <ATen/ops/bmm_meta_dispatch.h>
+#include <ATen/ops/bmm_ops.h>
+#include <ATen/ops/cat_meta_dispatch.h>
+#include <ATen/ops/cat_ops.h>
+#include <ATen/ops/ceil_meta_dispatch.h>
+#include <ATen/ops/ceil_ops.h>
+#include <ATen/ops/clamp_max_meta_dispatch.h>
+#include <ATen/ops/clamp_max_ops.h>
+#include <ATen/ops/clamp_meta_dispatch.h>
+#include <ATen/ops/clamp_min_meta_dispatch.h>
+#include <ATen/ops/clamp_min_ops.h>
+#include <ATen/ops/clamp_ops.h>
+#include <ATen/ops/copysign_meta_dispatch.h>
+#include <ATen/ops/copysign_ops.h>
+#include <ATen/ops/cos_meta_dispatch.h>
+#include <ATen/ops/cos_ops.h>
+#include <ATen/ops/cosh_meta_dispatch.h>
+#include <ATen/ops/cosh_ops.h>
+#include <ATen/ops/cumprod_meta_dispatch.h>
+#include <ATen/ops/cumprod_ops.h>
+#include <ATen/ops/cumsum_meta_dispatch.h>
+#include <ATen/ops/cumsum_ops.h>
+#include <ATen/ops/digamma_meta_dispatch.h>
+#include <ATen/ops/digamma_ops.h>
+#include <ATen/ops/div_meta_dispatch.h>
+#include <ATen/ops/div_ops.h>
+#include <ATen/ops/elu_backward_meta_dispatch.h>
+#include <ATen/ops/elu_backward_ops.h>
+#include <ATen/ops/elu_meta_dispatch.h>
+#include <ATen/ops/elu_ops.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/eq_meta_dispatch.h>
+#include <ATen/ops/eq_ops.h>
+#include <ATen/ops/erf_meta_dispatch.h>
+#include <ATen/ops/erf_ops.h>
+#include <ATen/ops/erfc_meta_dispatch.h>
+#include <ATen/ops/erfc_ops.h>
+#include <ATen/ops/erfinv_meta_dispatch.h>
+#include <ATen/ops/erfinv_ops.h>
+#include <ATen/ops/exp2_meta_dispatch.h>
+#include <ATen/ops/exp2_ops.h>
+#include <ATen/ops/exp_meta_dispatch.h>
+#include <ATen/ops/exp_ops.h>
+#include <ATen/ops/expm1_meta_dispatch.h>
+#include <ATen/ops/expm1_ops.h>
+#include <ATen/ops/fill_meta_dispatch.h>
+#include <ATen/ops/fill_ops.h>
+#include <ATen/ops/floor_meta_dispatch.h>
+#include <ATen/ops/floor_ops.h>
+#include <ATen/ops/fmax_meta_dispatch.h>
+#include <ATen/ops/fmax_ops.h>
+#include <ATen/ops/fmin_meta_dispatch.h>
+#include <ATen/ops/fmin_ops.h>
+#include <ATen/ops/fmod_meta_dispatch.h>
+#include <ATen/ops/fmod_ops.h>
+#include <ATen/ops/frac_meta_dispatch.h>
+#include <ATen/ops/frac_ops.h>
+#include <ATen/ops/gather_meta_dispatch.h>
+#include <ATen/ops/gather_ops.h>
+#include <ATen/ops/gcd_meta_dispatch.h>
+#include <ATen/ops/gcd_ops.h>
+#include <ATen/ops/ge_meta_dispatch.h>
+#include <ATen/ops/ge_ops.h>
+#include <ATen/ops/gelu_backward_meta_dispatch.h>
+#include <ATen/ops/gelu_backward_ops.h>
+#include <ATen/ops/gelu_meta_dispatch.h>
+#include <ATen/ops/gelu_ops.h>
+#include <ATen/ops/glu_meta_dispatch.h>
+#include <ATen/ops/glu_ops.h>
+#include <ATen/ops/gt_meta_dispatch.h>
+#include <ATen/ops/gt_ops.h>
+#include <ATen/ops/hardshrink_meta_dispatch.h>
+#include <ATen/ops/hardshrink_ops.h>
+#include <ATen/ops/hardsigmoid_backward_meta_dispatch.h>
+#include <ATen/ops/hardsigmoid_backward_ops.h>
+#include <ATen/ops/hardsigmoid_meta_dispatch.h>
+#include <ATen/ops/hardsigmoid_ops.h>
+#include <ATen/ops/heaviside_meta_dispatch.h>
+#include <ATen/ops/heaviside_ops.h>
+#include <ATen/ops/hypot_meta_dispatch.h>
+#include <ATen/ops/hypot_ops.h>
+#include <ATen/ops/i0_meta_dispatch.h>
+#include <ATen/ops/i0_ops.h>
+#include <ATen/ops/igamma_meta_dispatch.h>
+#include <ATen/ops/igamma_ops.h>
+#include <ATen/ops/igammac_meta_dispatch.h>
+#include <ATen/ops/igammac_ops.h>
+#include <ATen/ops/index_add_meta_dispatch.h>
+#include <ATen/ops/index_add_ops.h>
+#include <ATen/ops/index_copy_meta_dispatch.h>
+#include <ATen/ops/index_copy_ops.h>
+#include <ATen/ops/isneginf_meta_dispatch.h>
+#include <ATen/ops/isneginf_ops.h>
+#include <ATen/ops/isposinf_meta_dispatch.h>
+#include <ATen/ops/isposinf_ops.h>
+#include <ATen/ops/lcm_meta_dispatch.h>
+#include <ATen/ops/lcm_ops.h>
+#include <ATen/ops/le_meta_dispatch.h>
+#include <ATen/ops/le_ops.h>
+#include <ATen/ops/leaky_relu_backward_meta_dispatch.h>
+#include <ATen/ops/leaky_relu_backward_ops.h>
+#include <ATen/ops/leaky_relu_meta_dispatch.h>
+#include <ATen/ops/leaky_relu_ops.h>
+#include <ATen/ops/lerp_meta_dispatch.h>
+#include <ATen/ops/lerp_ops.h>
+#include <ATen/ops/lgamma_meta_dispatch.h>
+#include <ATen/ops/lgamma_ops.h>
+#include <ATen/ops/linalg_vector_norm_meta_dispatch.h>
+#include <ATen/ops/linalg_vector_norm_ops.h>
+#include <ATen/ops/log10_meta_dispatch.h>
+#include <ATen/ops/log10_ops.h>
+#include <ATen/ops/log1p_meta_dispatch.h>
+#include <ATen/ops/log1p_ops.h>
+#include <ATen/ops/log2_meta_dispatch.h>
+#include <ATen/ops/log2_ops.h>
+#include <ATen/ops/log_meta_dispatch.h>
+#include <ATen/ops/log_ops.h>
+#include <ATen/ops/logaddexp2_meta_dispatch.h>
+#include <ATen/ops/logaddexp2_ops.h>
+#include <ATen/ops/logaddexp_meta_dispatch.h>
+#include <ATen/ops/logaddexp_ops.h>
+#include <ATen/ops/lt_meta_dispatch.h>
+#include <ATen/ops/lt_ops.h>
+#include <ATen/ops/max_meta_dispatch.h>
+#include <ATen/ops/max_ops.h>
+#include <ATen/ops/max_pool2d_with_indices_backward_meta_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_backward_ops.h>
+#include <ATen/ops/max_pool2d_with_indices_meta_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_ops.h>
+#include <ATen/ops/maximum_meta_dispatch.h>
+#include <ATen/ops/maximum_ops.h>
+#include <ATen/ops/mean_meta_dispatch.h>
+#include <ATen/ops/mean_ops.h>
+#include <ATen/ops/min_meta_dispatch.h>
+#include <ATen/ops/min_ops.h>
+#include <ATen/ops/minimum_meta_dispatch.h>
+#include <ATen/ops/minimum_ops.h>
+#include <ATen/ops/mish_meta_dispatch.h>
+#include <ATen/ops/mish_ops.h>
+#include <ATen/ops/mm_meta_dispatch.h>
+#include <ATen/ops/mm_ops.h>
+#include <ATen/ops/mse_loss_meta_dispatch.h>
+#include <ATen/ops/mse_loss_ops.h>
+#include <ATen/ops/mul_meta_dispatch.h>
+#include <ATen/ops/mul_ops.h>
+#include <ATen/ops/ne_meta_dispatch.h>
+#include <ATen/ops/ne_ops.h>
+#include <ATen/ops/neg_meta_dispatch.h>
+#include <ATen/ops/neg_ops.h>
+#include <ATen/ops/nextafter_meta_dispatch.h>
+#include <ATen/ops/nextafter_ops.h>
+#include <ATen/ops/nll_loss_backward_meta_dispatch.h>
+#include <ATen/ops/nll_loss_backward_ops.h>
+#include <ATen/ops/nll_loss_forward_meta_dispatch.h>
+#include <ATen/ops/nll_loss_forward_ops.h>
+#include <ATen/ops/norm_meta_dispatch.h>
+#include <ATen/ops/norm_ops.h>
+#include <ATen/ops/polygamma_meta_dispatch.h>
+#include <ATen/ops/polygamma_ops.h>
+#include <ATen/ops/pow_meta_dispatch.h>
+#include <ATen/ops/pow_ops.h>
+#include <ATen/ops/prod_meta_dispatch.h>
+#include <ATen/ops/prod_ops.h>
+#include <ATen/ops/reciprocal_meta_dispatch.h>
+#include <ATen/ops/reciprocal_ops.h>
+#include <ATen/ops/remainder_meta_dispatch.h>
+#include <ATen/ops/remainder_ops.h>
+#include <ATen/ops/round_meta_dispatch.h>
+#include <ATen/ops/round_ops.h>
+#include <ATen/ops/rsqrt_meta_dispatch.h>
+#include <ATen/ops/rsqrt_ops.h>
+#include <ATen/ops/scatter_add_meta_dispatch.h>
+#include <ATen/ops/scatter_add_ops.h>
+#include <ATen/ops/scatter_meta_dispatch.h>
+#include <ATen/ops/scatter_ops.h>
+#include <ATen/ops/sgn_meta_dispatch.h>
+#include <ATen/ops/sgn_ops.h>
+#include <ATen/ops/sigmoid_backward_meta_dispatch.h>
+#include <ATen/ops/sigmoid_backward_ops.h>
+#include <ATen/ops/sigmoid_meta_dispatch.h>
+#include <ATen/ops/sigmoid_ops.h>
+#include <ATen/ops/sign_meta_dispatch.h>
+#include <ATen/ops/sign_ops.h>
+#include <ATen/ops/signbit_meta_dispatch.h>
+#include <ATen/ops/signbit_ops.h>
+#include <ATen/ops/silu_backward_meta_dispatch.h>
+#include <ATen/ops/silu_backward_ops.h>
+#include <ATen/ops/silu_meta_dispatch.h>
+#include <ATen/ops/silu_ops.h>
+#include <ATen/ops/sin_meta_dispatch.h>
+#include <ATen/ops/sin_ops.h>
+#include <ATen/ops/sinc_meta_dispatch.h>
+#include <ATen/ops/sinc_ops.h>
+#include <ATen/ops/sinh_meta_dispatch.h>
+#include <ATen/ops/sinh_ops.h>
+#include <ATen/ops/smooth_l1_loss_meta_dispatch.h>
+#include <ATen/ops/smooth_l1_loss_ops.h>
+#include <ATen/ops/softplus_backward_meta_dispatch.h>
+#include <ATen/ops/softplus_backward_ops.h>
+#include <ATen/ops/softplus_meta_dispatch.h>
+#include <ATen/ops/softplus_ops.h>
+#include <ATen/ops/softshrink_meta_dispatch.h>
+#include <ATen/ops/softshrink_ops.h>
+#include <ATen/ops/sort_meta_dispatch.h>
+#include <ATen/ops/sort_ops.h>
+#include <ATen/ops/sqrt_meta_dispatch.h>
+#include <ATen/ops/sqrt_ops.h>
+#include <ATen/ops/sub_meta_dispatch.h>
+#include <ATen/ops/sub_ops.h>
+#include <ATen/ops/sum_meta_dispatch.h>
+#include <ATen/ops/sum_ops.h>
+#include <ATen/ops/tan_meta_dispatch.h>
+#include <ATen/ops/tan_ops.h>
+#include <ATen/ops/tanh_backward_meta_dispatch.h>
+#include <ATen/ops/tanh_backward_ops.h>
+#include <ATen/ops/tanh_meta_dispatch.h>
+#include <ATen/ops/tanh_ops.h>
+#include <ATen/ops/threshold_backward_meta_dispatch.h>
+#include <ATen/ops/threshold_backward_ops.h>
+#include <ATen/ops/threshold_meta_dispatch.h>
+#include <ATen/ops/threshold_ops.h>
+#include <ATen/ops/topk_meta_dispatch.h>
+#include <ATen/ops/topk_ops.h>
+#include <ATen/ops/tril_meta_dispatch.h>
+#include <ATen/ops/tril_ops.h>
+#include <ATen/ops/triu_meta_dispatch.h>
+#include <ATen/ops/triu_ops.h>
+#include <ATen/ops/trunc_meta_dispatch.h>
+#include <ATen/ops/trunc_ops.h>
+#include <ATen/ops/upsample_nearest2d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest2d_backward_ops.h>
+#include <ATen/ops/upsample_nearest2d_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest2d_ops.h>
+#include <ATen/ops/xlogy_meta_dispatch.h>
+#include <ATen/ops/xlogy_ops.h>
+#include <ATen/ops/zero_meta_dispatch.h>
+#include <ATen/ops/zero_ops.h>
+
+#include <array>
+#include <unordered_map>
+#include <utility>
+
+namespace torch_pjrt::aten {
+
+namespace {
+
+// Unboxes `meta_args` into the typed arguments of `fn` (as the dispatcher's boxed wrappers do),
+// calls it and pushes its results.
+template <class Fn, size_t... I>
+void CallTyped(Fn* fn, c10::ArrayRef<c10::IValue> meta_args, torch::jit::Stack* results, std::index_sequence<I...>) {
+  using Traits = c10::guts::infer_function_traits_t<Fn>;
+  using Params = typename Traits::parameter_types;
+  std::array<c10::IValue, sizeof...(I)> args{meta_args[I]...};  // ivalue_to_arg moves out of them
+  (void)args;  // unused for ops without arguments
+  using Result = std::decay_t<typename Traits::return_type>;  // in-place forms return Tensor&
+  Result out = (*fn)(c10::impl::ivalue_to_arg<
+                   typename c10::impl::decay_if_not_tensor<c10::guts::typelist::element_t<I, Params>>::type,
+                   false>::call(args[I])...);
+  c10::impl::push_outputs<Result, false>::call(std::move(out), results);
+}
+
+template <class Schema, Schema* kFn>
+void NativeMeta(c10::ArrayRef<c10::IValue> meta_args, torch::jit::Stack* results) {
+  constexpr size_t kArgs = c10::guts::infer_function_traits_t<Schema>::number_of_parameters;
+  TORCH_INTERNAL_ASSERT(meta_args.size() == kArgs);
+  CallTyped(kFn, meta_args, results, std::make_index_sequence<kArgs>());
+}
+
+// One table entry: the op's full name and its at::meta function, typed by the op's schema (so a
+// signature that does not match the schema fails to compile).
+template <class Op, typename Op::schema* kFn>
+std::pair<std::string, MetaOverride> Native() {
+  std::string name = Op::name;
+  if (*Op::overload_name != '\0') name += std::string(".") + Op::overload_name;
+  return {std::move(name), &NativeMeta<typename Op::schema, kFn>};
+}
+
+// A meta tensor like `self` with the strides CPU's empty_like(self) gives it (preserve_format:
+// kept when non-overlapping and dense). at::empty_like itself would run torch's Python Meta kernel.
+at::Tensor EmptyLikeMeta(const at::Tensor& self) {
+  if (self.is_non_overlapping_and_dense()) {
+    return at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kMeta));
+  }
+  return at::empty(self.sizes(), self.options().device(c10::kMeta).memory_format(self.suggest_memory_format()));
+}
+
+// fill.Scalar / fill.Tensor(self, value) and zero(self): every torch.ones/zeros/full, fill_ and
+// zero_ traces one; no C++ Meta kernel exists (torch's are Python). The Tensor form takes a 0-d
+// value, as on the CPU.
+void FillMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  if (a.size() > 1 && a[1].isTensor()) {
+    int64_t dims = a[1].toTensor().dim();
+    TORCH_CHECK(dims == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", dims, " dimensions.");
+  }
+  results->push_back(EmptyLikeMeta(a[0].toTensor()));
+}
+
+// The hot ops of real models whose Meta kernel torch replaced with a Python reference (found by
+// walking torch._decomp.global_decomposition_table for overloads with an at::meta function).
+const std::unordered_map<std::string, MetaOverride>& Table() {
+  static const auto* table = new std::unordered_map<std::string, MetaOverride>{
+      {"aten::fill.Scalar", &FillMeta},
+      {"aten::fill.Tensor", &FillMeta},
+      {"aten::zero", &FillMeta},
+      Native<at::_ops::add_Tensor, &at::meta::add>(),
+      Native<at::_ops::sub_Tensor, &at::meta::sub>(),
+      Native<at::_ops::mul_Tensor, &at::meta::mul>(),
+      Native<at::_ops::div_Tensor, &at::meta::div>(),
+      Native<at::_ops::div_Tensor_mode, &at::meta::div>(),
+      Native<at::_ops::eq_Tensor, &at::meta::eq>(),
+      Native<at::_ops::eq_Scalar, &at::meta::eq>(),
+      Native<at::_ops::ne_Tensor, &at::meta::ne>(),
+      Native<at::_ops::ne_Scalar, &at::meta::ne>(),
+      Native<at::_ops::lt_Tensor, &at::meta::lt>(),
+      Native<at::_ops::lt_Scalar, &at::meta::lt>(),
+      Native<at::_ops::le_Tensor, &at::meta::le>(),
+      Native<at::_ops::le_Scalar, &at::meta::le>(),
+      Native<at::_ops::gt_Tensor, &at::meta::gt>(),
+      Native<at::_ops::gt_Scalar, &at::meta::gt>(),
+      Native<at::_ops::ge_Tensor, &at::meta::ge>(),
+      Native<at::_ops::ge_Scalar, &at::meta::ge>(),
+      Native<at::_ops::maximum, &at::meta::maximum>(),
+      Native<at::_ops::minimum, &at::meta::minimum>(),
+      Native<at::_ops::fmax, &at::meta::fmax>(),
+      Native<at::_ops::fmin, &at::meta::fmin>(),
+      Native<at::_ops::atan2, &at::meta::atan2>(),
+      Native<at::_ops::hypot, &at::meta::hypot>(),
+      Native<at::_ops::logaddexp, &at::meta::logaddexp>(),
+      Native<at::_ops::logaddexp2, &at::meta::logaddexp2>(),
+      Native<at::_ops::pow_Tensor_Tensor, &at::meta::pow>(),
+      Native<at::_ops::pow_Tensor_Scalar, &at::meta::pow>(),
+      Native<at::_ops::pow_Scalar, &at::meta::pow>(),
+      Native<at::_ops::remainder_Tensor, &at::meta::remainder>(),
+      Native<at::_ops::fmod_Tensor, &at::meta::fmod>(),
+      Native<at::_ops::bitwise_and_Tensor, &at::meta::bitwise_and>(),
+      Native<at::_ops::bitwise_or_Tensor, &at::meta::bitwise_or>(),
+      Native<at::_ops::bitwise_xor_Tensor, &at::meta::bitwise_xor>(),
+      Native<at::_ops::copysign_Tensor, &at::meta::copysign>(),
+      Native<at::_ops::xlogy_Tensor, &at::meta::xlogy>(),
+      Native<at::_ops::nextafter, &at::meta::nextafter>(),
+      Native<at::_ops::heaviside, &at::meta::heaviside>(),
+      Native<at::_ops::gcd, &at::meta::gcd>(),
+      Native<at::_ops::lcm, &at::meta::lcm>(),
+      Native<at::_ops::igamma, &at::meta::igamma>(),
+      Native<at::_ops::igammac, &at::meta::igammac>(),
+      Native<at::_ops::addcmul, &at::meta::addcmul>(),
+      Native<at::_ops::addcdiv, &at::meta::addcdiv>(),
+      Native<at::_ops::lerp_Scalar, &at::meta::lerp>(),
+      Native<at::_ops::lerp_Tensor, &at::meta::lerp>(),
+      Native<at::_ops::clamp, &at::meta::clamp>(),
+      Native<at::_ops::clamp_Tensor, &at::meta::clamp>(),
+      Native<at::_ops::clamp_min, &at::meta::clamp_min>(),
+      Native<at::_ops::clamp_max, &at::meta::clamp_max>(),
+      Native<at::_ops::neg, &at::meta::neg>(),
+      Native<at::_ops::exp, &at::meta::exp>(),
+      Native<at::_ops::exp2, &at::meta::exp2>(),
+      Native<at::_ops::expm1, &at::meta::expm1>(),
+      Native<at::_ops::log, &at::meta::log>(),
+      Native<at::_ops::log2, &at::meta::log2>(),
+      Native<at::_ops::log10, &at::meta::log10>(),
+      Native<at::_ops::log1p, &at::meta::log1p>(),
+      Native<at::_ops::sqrt, &at::meta::sqrt>(),
+      Native<at::_ops::rsqrt, &at::meta::rsqrt>(),
+      Native<at::_ops::reciprocal, &at::meta::reciprocal>(),
+      Native<at::_ops::sin, &at::meta::sin>(),
+      Native<at::_ops::cos, &at::meta::cos>(),
+      Native<at::_ops::tan, &at::meta::tan>(),
+      Native<at::_ops::sinh, &at::meta::sinh>(),
+      Native<at::_ops::cosh, &at::meta::cosh>(),
+      Native<at::_ops::tanh, &at::meta::tanh>(),
+      Native<at::_ops::asin, &at::meta::asin>(),
+      Native<at::_ops::acos, &at::meta::acos>(),
+      Native<at::_ops::atan, &at::meta::atan>(),
+      Native<at::_ops::asinh, &at::meta::asinh>(),
+      Native<at::_ops::acosh, &at::meta::acosh>(),
+      Native<at::_ops::atanh, &at::meta::atanh>(),
+      Native<at::_ops::sigmoid, &at::meta::sigmoid>(),
+      Native<at::_ops::erf, &at::meta::erf>(),
+      Native<at::_ops::erfc, &at::meta::erfc>(),
+      Native<at::_ops::erfinv, &at::meta::erfinv>(),
+      Native<at::_ops::floor, &at::meta::floor>(),
+      Native<at::_ops::ceil, &at::meta::ceil>(),
+      Native<at::_ops::trunc, &at::meta::trunc>(),
+      Native<at::_ops::round, &at::meta::round>(),
+      Native<at::_ops::round_decimals, &at::meta::round>(),
+      Native<at::_ops::frac, &at::meta::frac>(),
+      Native<at::_ops::sign, &at::meta::sign>(),
+      Native<at::_ops::sgn, &at::meta::sgn>(),
+      Native<at::_ops::signbit, &at::meta::signbit>(),
+      Native<at::_ops::bitwise_not, &at::meta::bitwise_not>(),
+      Native<at::_ops::lgamma, &at::meta::lgamma>(),
+      Native<at::_ops::digamma, &at::meta::digamma>(),
+      Native<at::_ops::polygamma, &at::meta::polygamma>(),
+      Native<at::_ops::i0, &at::meta::i0>(),
+      Native<at::_ops::sinc, &at::meta::sinc>(),
+      Native<at::_ops::isposinf, &at::meta::isposinf>(),
+      Native<at::_ops::isneginf, &at::meta::isneginf>(),
+      Native<at::_ops::gelu, &at::meta::gelu>(),
+      Native<at::_ops::gelu_backward, &at::meta::gelu_backward>(),
+      Native<at::_ops::silu, &at::meta::silu>(),
+      Native<at::_ops::silu_backward, &at::meta::silu_backward>(),
+      Native<at::_ops::sigmoid_backward, &at::meta::sigmoid_backward>(),
+      Native<at::_ops::tanh_backward, &at::meta::tanh_backward>(),
+      Native<at::_ops::threshold, &at::meta::threshold>(),
+      Native<at::_ops::threshold_backward, &at::meta::threshold_backward>(),
+      Native<at::_ops::leaky_relu, &at::meta::leaky_relu>(),
+      Native<at::_ops::leaky_relu_backward, &at::meta::leaky_relu_backward>(),
+      Native<at::_ops::elu, &at::meta::elu>(),
+      Native<at::_ops::elu_backward, &at::meta::elu_backward>(),
+      Native<at::_ops::softplus, &at::meta::softplus>(),
+      Native<at::_ops::softplus_backward, &at::meta::softplus_backward>(),
+      Native<at::_ops::mish, &at::meta::mish>(),
+      Native<at::_ops::hardsigmoid, &at::meta::hardsigmoid>(),
+      Native<at::_ops::hardsigmoid_backward, &at::meta::hardsigmoid_backward>(),
+      Native<at::_ops::glu, &at::meta::glu>(),
+      Native<at::_ops::hardshrink, &at::meta::hardshrink>(),
+      Native<at::_ops::softshrink, &at::meta::softshrink>(),
+      Native<at::_ops::sum_dim_IntList, &at::meta::sum>(),
+      Native<at::_ops::mean_dim, &at::meta::mean>(),
+      Native<at::_ops::amax, &at::meta::amax>(),
+      Native<at::_ops::amin, &at::meta::amin>(),
+      Native<at::_ops::argmax, &at::meta::argmax>(),
+      Native<at::_ops::argmin, &at::meta::argmin>(),
+      Native<at::_ops::any_dim, &at::meta::any>(),
+      Native<at::_ops::all_dim, &at::meta::all>(),
+      Native<at::_ops::any_dims, &at::meta::any>(),
+      Native<at::_ops::all_dims, &at::meta::all>(),
+      Native<at::_ops::prod_dim_int, &at::meta::prod>(),
+      Native<at::_ops::cumsum, &at::meta::cumsum>(),
+      Native<at::_ops::cumprod, &at::meta::cumprod>(),
+      Native<at::_ops::aminmax, &at::meta::aminmax>(),
+      Native<at::_ops::max_dim, &at::meta::max>(),
+      Native<at::_ops::min_dim, &at::meta::min>(),
+      Native<at::_ops::linalg_vector_norm, &at::meta::linalg_vector_norm>(),
+      Native<at::_ops::norm_ScalarOpt_dim, &at::meta::norm>(),
+      Native<at::_ops::_softmax, &at::meta::_softmax>(),
+      Native<at::_ops::_log_softmax, &at::meta::_log_softmax>(),
+      Native<at::_ops::_softmax_backward_data, &at::meta::_softmax_backward_data>(),
+      Native<at::_ops::_log_softmax_backward_data, &at::meta::_log_softmax_backward_data>(),
+      Native<at::_ops::mm, &at::meta::mm>(),
+      Native<at::_ops::bmm, &at::meta::bmm>(),
+      Native<at::_ops::addmm, &at::meta::addmm>(),
+      Native<at::_ops::baddbmm, &at::meta::baddbmm>(),
+      Native<at::_ops::addmv, &at::meta::addmv>(),
+      Native<at::_ops::_addmm_activation, &at::meta::_addmm_activation>(),
+      Native<at::_ops::cat, &at::meta::cat>(),
+      Native<at::_ops::gather, &at::meta::gather>(),
+      Native<at::_ops::scatter_add, &at::meta::scatter_add>(),
+      Native<at::_ops::scatter_src, &at::meta::scatter>(),
+      Native<at::_ops::scatter_value, &at::meta::scatter>(),
+      Native<at::_ops::index_add, &at::meta::index_add>(),
+      Native<at::_ops::index_copy, &at::meta::index_copy>(),
+      Native<at::_ops::tril, &at::meta::tril_symint>(),
+      Native<at::_ops::triu, &at::meta::triu_symint>(),
+      Native<at::_ops::nll_loss_forward, &at::meta::nll_loss_forward_symint>(),
+      Native<at::_ops::nll_loss_backward, &at::meta::nll_loss_backward_symint>(),
+      Native<at::_ops::mse_loss, &at::meta::mse_loss>(),
+      Native<at::_ops::smooth_l1_loss, &at::meta::smooth_l1_loss>(),
+      Native<at::_ops::topk, &at::meta::topk_symint>(),
+      Native<at::_ops::sort_stable, &at::meta::sort>(),
+      Native<at::_ops::max_pool2d_with_indices, &at::meta::max_pool2d_with_indices>(),
+      Native<at::_ops::max_pool2d_with_indices_backward, &at::meta::max_pool2d_with_indices_backward>(),
+      Native<at::_ops::avg_pool2d, &at::meta::avg_pool2d>(),
+      Native<at::_ops::avg_pool2d_backward, &at::meta::avg_pool2d_backward>(),
+      Native<at::_ops::upsample_nearest2d, &at::meta::upsample_nearest2d_symint>(),
+      Native<at::_ops::upsample_nearest2d_backward, &at::meta::upsample_nearest2d_backward_symint>(),
+      // In-place forms: their Meta kernels make the variant checks (self keeps its shape and dtype).
+      Native<at::_ops::add__Tensor, &at::meta::add_>(),
+      Native<at::_ops::sub__Tensor, &at::meta::sub_>(),
+      Native<at::_ops::mul__Tensor, &at::meta::mul_>(),
+      Native<at::_ops::div__Tensor, &at::meta::div_>(),
+      Native<at::_ops::div__Tensor_mode, &at::meta::div_>(),
+      Native<at::_ops::clamp_, &at::meta::clamp_>(),
+      Native<at::_ops::pow__Scalar, &at::meta::pow_>(),
+      Native<at::_ops::pow__Tensor, &at::meta::pow_>(),
+      Native<at::_ops::fill__Scalar, &at::meta::fill_>(),
+      Native<at::_ops::fill__Tensor, &at::meta::fill_>(),
+      Native<at::_ops::zero_, &at::meta::zero_>(),
+      Native<at::_ops::exp_, &at::meta::exp_>(),
+      Native<at::_ops::tanh_, &at::meta::tanh_>(),
+      Native<at::_ops::sigmoid_, &at::meta::sigmoid_>(),
+      Native<at::_ops::neg_, &at::meta::neg_>(),
+      Native<at::_ops::sqrt_, &at::meta::sqrt_>(),
+      Native<at::_ops::rsqrt_, &at::meta::rsqrt_>(),
+      Native<at::_ops::log_, &at::meta::log_>(),
+      Native<at::_ops::addcmul_, &at::meta::addcmul_>(),
+      Native<at::_ops::addcdiv_, &at::meta::addcdiv_>(),
+      Native<at::_ops::lerp__Scalar, &at::meta::lerp_>(),
+      Native<at::_ops::lerp__Tensor, &at::meta::lerp_>(),
+      Native<at::_ops::clamp_min_, &at::meta::clamp_min_>(),
+      Native<at::_ops::clamp_max_, &at::meta::clamp_max_>(),
+  };
+  return *table;
+}
+
+}  // namespace
+
+MetaOverride FindNativeMeta(const std::string& name) {
+  auto it = Table().find(name);
+  return it == Table().end() ? nullptr : it->second;
+}
+
+std::vector<std::string> NativeMetaOps() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : Table()) names.push_back(name);
+  return names;
+}
+
+std::string FullName(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema& s = op.schema();
+  return s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
+}
+
+// A native kernel that raises hands the call to torch's: on meta tensors some are stricter than
+// the CPU kernel that runs them (index_add's with an empty index reads its first element), and
+// an error here would send a valid call to the CPU. Where both raise, the CPU path raises CPU's
+// own error as before.
+void RunMetaKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (MetaOverride native = FindNativeMeta(FullName(op))) {
+    torch::jit::Stack results;
+    try {
+      native(*stack, &results);
+      *stack = std::move(results);
+      return;
+    } catch (const std::exception&) {
+    }
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), stack);
+}
+
+}  // namespace torch_pjrt::aten
