@@ -12,6 +12,8 @@ import torch._dynamo
 
 from torch_pjrt import metrics
 
+from helpers import Counters
+
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
@@ -244,3 +246,24 @@ def test_eval_batch_norm_cnn_matches_cpu():
             torch.testing.assert_close(compiled(x.to("pjrt")).cpu(), model(x), rtol=1e-4, atol=1e-5)
     assert metrics.lowered().get("_native_batch_norm_legit_no_training", 0) > lowered_before
     assert delta(before, counts(), "FallbackOps") == 0
+
+
+def test_the_backward_seed_of_a_compiled_loss_is_uploaded_not_executed():
+    """loss.backward() seeds the backward graph with ones_like(loss), made by autograd outside any
+    graph. The replay uploads that fill from the host instead of executing the pending trace for
+    it: one execution per graph, and no sync that would wait for the forward still running."""
+    cpu_model = mlp()
+    model = copy.deepcopy(cpu_model).to("pjrt")
+    compiled = torch.compile(lambda x: model(x).square().mean(), backend="pjrt")
+    x = torch.randn(8, 16)
+    for _ in range(2):
+        compiled(x.to("pjrt")).backward()
+        model.zero_grad(set_to_none=True)
+    device_x = x.to("pjrt")
+    with Counters() as c:
+        compiled(device_x).backward()
+        torch.pjrt.synchronize()
+    assert c["GraphReplays"] == 2 and c["Executions"] == 2 and c["Sync::compiled_call"] == 0
+    cpu_model(x).square().mean().backward()
+    for p, q in zip(cpu_model.parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6)

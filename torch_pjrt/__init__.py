@@ -112,9 +112,9 @@ def _launch_after_optimizer_steps():
             _C._set_zero_reads_as_buffers(True)
 
     def launch(optimizer, args, kwargs):
-        _C._set_zero_reads_as_buffers(False)
         if torch.compiler.is_compiling():  # a compiled step launches its own graph
             return
+        _C._set_zero_reads_as_buffers(False)
         devices = {p.device.index for group in optimizer.param_groups for p in group["params"]
                    if p.device.type == "pjrt"}
         for index in devices:

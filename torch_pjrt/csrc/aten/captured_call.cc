@@ -2,7 +2,11 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/Context.h>
+#include <ATen/ops/full.h>
 #include <c10/core/TensorImpl.h>
+
+#include <cstring>
+#include <optional>
 
 #include "aten/lazy_tensor.h"
 #include "aten/transfer.h"
@@ -56,6 +60,38 @@ at::Tensor UploadScalar(const at::Tensor& cpu, int device) {
   return scalar;
 }
 
+// The value scalar of a pending fill (graph::PendingFillScalar), for the slot types Python numbers
+// and 0-d tensors use.
+std::optional<c10::Scalar> PendingFill(const graph::LazyStorage* s) {
+  ElementType type;
+  std::string bytes;
+  if (!graph::PendingFillScalar(s, &type, &bytes)) return std::nullopt;
+  auto read = [&](auto v) { std::memcpy(&v, bytes.data(), sizeof(v)); return v; };
+  switch (type) {
+    case ElementType::kF64: return c10::Scalar(read(double{}));
+    case ElementType::kF32: return c10::Scalar(read(float{}));
+    case ElementType::kS64: return c10::Scalar(read(int64_t{}));
+    case ElementType::kS32: return c10::Scalar(read(int32_t{}));
+    case ElementType::kBool: return c10::Scalar(read(bool{}));
+    default: return std::nullopt;
+  }
+}
+
+// Replay inputs that are pending fills (the backward's seed, ones_like(loss), made by autograd
+// outside the graph) are uploaded from the host: executing the trace to make them would cost
+// one more execution per call, and wait for the one still running.
+void UploadPendingFills(const std::vector<at::Tensor>& inputs) {
+  for (const at::Tensor& t : inputs) {
+    if (!IsPjrt(t) || !CoversStorage(t)) continue;
+    std::optional<c10::Scalar> value;
+    {
+      graph::GraphLock lock;
+      value = PendingFill(StorageOf(t));
+    }
+    if (value) CopyFromHost(at::full(t.sizes(), *value, t.options().device(c10::kCPU)), t);
+  }
+}
+
 std::vector<at::Tensor> OnDevice(const std::vector<at::Tensor>& inputs, int device) {
   std::vector<at::Tensor> out;
   out.reserve(inputs.size());
@@ -104,6 +140,7 @@ std::optional<std::vector<at::Tensor>> Replay(const CapturedCall& call, const st
   for (const at::Tensor& t : given) {
     if (IsPjrt(t) ? t.device().index() != g.device : t.dim() != 0 || !t.device().is_cpu()) return std::nullopt;
   }
+  UploadPendingFills(given);
   std::vector<at::Tensor> inputs = OnDevice(given, g.device);
   std::vector<graph::LazyStorage*> storages = Storages(inputs);
   if (!graph::InputsMatch(g, storages, ElementTypes(inputs))) return std::nullopt;

@@ -10,16 +10,15 @@
 
 namespace torch_pjrt::aten {
 
-namespace {
-
-using graph::Counter;
-using graph::Metrics;
-
-// True when `t` is exactly its whole storage, laid out contiguously.
 bool CoversStorage(const at::Tensor& t) {
   return t.storage_offset() == 0 && t.is_contiguous() &&
          static_cast<size_t>(t.numel()) * t.dtype().itemsize() == t.storage().nbytes();
 }
+
+namespace {
+
+using graph::Counter;
+using graph::Metrics;
 
 // A pjrt tensor holding the logical value of `t` (conj/neg bits applied) that covers its own
 // storage (t itself when it already does).

@@ -17,6 +17,8 @@ void CopyToHost(const at::Tensor& src, const at::Tensor& dst, graph::SyncCause c
 // from a staging copy made here), it returns before the data is read, as CUDA's does: the caller
 // must not write `src` until the device has used it (torch.pjrt.synchronize()).
 void CopyFromHost(const at::Tensor& src, const at::Tensor& dst, bool non_blocking = false);
+// True when `t` is exactly its whole storage, laid out contiguously.
+bool CoversStorage(const at::Tensor& t);
 // Gives the storage `nbytes` bytes: the old contents stay at the front (truncated when smaller).
 void ResizeStorage(const c10::Storage& storage, size_t nbytes);
 

@@ -195,6 +195,19 @@ Value StorageValue(LazyStorage* s, ElementType dtype) {
   return MakeOp(zeros, s->device(), {}, {}, {}, {t})[0];
 }
 
+bool PendingFillScalar(const LazyStorage* s, ElementType* type, std::string* bytes) {
+  static const int fill = lowering::FindLowering("fill.Scalar");
+  if (!s->has_pending()) return false;
+  const Node* n = s->pending().node.get();
+  if (n->kind != NodeKind::kOp || n->op != fill || n->inputs.size() != 2) return false;
+  const Node* slot = n->inputs[1].node;
+  if (slot->kind != NodeKind::kSlot) return false;
+  *type = slot->out0.dtype;
+  size_t item = ItemSize(*type);
+  *bytes = Trace(s->device()).slot_bytes[static_cast<size_t>(*type)].substr(item * slot->index, item);
+  return bytes->size() == item;
+}
+
 void SetZeroReadsAsBuffers(bool on) { zero_reads_as_buffers = on; }
 
 Value ViewOfValue(Value src, const TensorView& view) {

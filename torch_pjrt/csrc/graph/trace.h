@@ -105,6 +105,10 @@ Value StorageValue(LazyStorage* s, ElementType dtype);
 // first step (zeros_like(param)) is a graph input there as in every later step, and the steps
 // share one compiled graph.
 void SetZeroReadsAsBuffers(bool on);
+// When `s` holds the pending result of fill.Scalar with a value scalar (ones_like, full_like,
+// torch.ones), that scalar's slot type and bytes: a caller that needs a buffer can upload the fill
+// instead of executing the trace.
+bool PendingFillScalar(const LazyStorage* s, ElementType* type, std::string* bytes);
 // A strided view of `src`, an array whose row-major order is some storage's memory order.
 Value ViewOfValue(Value src, const TensorView& view);
 // The value of a tensor view of `s`.
