@@ -184,10 +184,8 @@ ZERO_STATE = ["adam-foreach", "adam-fused", "adamw-foreach", "adamw-fused-amsgra
 
 @pytest.mark.parametrize("name", ZERO_STATE)
 def test_the_first_step_compiles_the_graph_of_every_later_step(name):
-    torch.manual_seed(0)
-    shapes = {"cpu": None, "pjrt": None}
     results = {}
-    for device in shapes:
+    for device in ("cpu", "pjrt"):
         torch.manual_seed(0)  # layer sizes no other test uses, so no earlier test compiled this graph
         model = torch.nn.Sequential(torch.nn.Linear(6, 11), torch.nn.Tanh(), torch.nn.Linear(11, 2)).to(device)
         opt = OPTIMIZERS[name](model.parameters())

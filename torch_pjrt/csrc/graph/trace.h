@@ -100,10 +100,10 @@ bool IsContiguous(const Dims& sizes, const Dims& strides);
 // The whole value of `s` (a parameter for a buffer, zeros if never written). `dtype` is used
 // only for a never-written storage.
 Value StorageValue(LazyStorage* s, ElementType dtype);
-// While on (per thread), a read of a never-written storage makes it a device buffer of zeros
-// instead of a zeros node: set during optimizer.step(), so that optimizer state created in the
-// first step (zeros_like(param)) is a graph input there as in every later step, and the steps
-// share one compiled graph.
+// While on (per thread), reading a storage whose pending value is zeros (zero_'s result, as in
+// zeros_like) first makes it a device buffer of zeros: set during optimizer.step(), so that
+// optimizer state created in the first step is a graph input there as in every later step, and
+// the steps share one compiled graph.
 void SetZeroReadsAsBuffers(bool on);
 // When `s` holds the pending result of fill.Scalar with a value scalar (ones_like, full_like,
 // torch.ones), that scalar's slot type and bytes: a caller that needs a buffer can upload the fill
