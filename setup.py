@@ -9,7 +9,7 @@ import glob
 import importlib.util
 import os
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 VERSION = "0.1.0"
@@ -28,7 +28,14 @@ def pjrt_include_dir():
     return include
 
 
-sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "torch_pjrt/csrc/**/*.cc"), recursive=True))
+def sources_under(pattern):
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
+
+
+# The compile worker (torch_pjrt/csrc/runtime/compile_worker.h) is its own small library: the
+# worker's entry point and the runtime's torch-free code (compile_worker/runtime_sources.cc), no torch.
+WORKER_SOURCES = sources_under("torch_pjrt/csrc/compile_worker/*.cc")
+sources = [s for s in sources_under("torch_pjrt/csrc/**/*.cc") if "/compile_worker/" not in s]
 
 ext = CppExtension(
     name="torch_pjrt._C",
@@ -38,12 +45,21 @@ ext = CppExtension(
     libraries=["dl"],
 )
 
+worker = Extension(
+    name="torch_pjrt._compile_worker",
+    sources=WORKER_SOURCES,
+    include_dirs=[os.path.join(ROOT, "torch_pjrt/csrc"), pjrt_include_dir()],
+    extra_compile_args=["-O2", "-std=c++20", "-Wno-unused-parameter"],
+    libraries=["dl"],
+    language="c++",
+)
+
 setup(
     name="torch_pjrt",
     version=VERSION,
     description="A PyTorch device backed by PJRT plugins through a lazy StableHLO graph",
     packages=find_packages(include=["torch_pjrt", "torch_pjrt.*"]),
-    ext_modules=[ext],
+    ext_modules=[ext, worker],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
     # Pinned: an unpinned torch pulls multi-GB CUDA builds.

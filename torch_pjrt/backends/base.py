@@ -121,6 +121,15 @@ class DevicePlugin:
     #: oneDNN convolution inside the compiled program. Needs the plugin's PJRT FFI extension.
     host_kernels: bool = False
 
+    #: True when programs may be compiled in a second process with its own client of the same
+    #: plugin (a compile worker) and loaded here from the serialized executable. Compiling in
+    #: the process that runs the graphs fragmented its heap and slowed every later step by
+    #: 15-40% on the CPU plugin; the worker also takes the compiler's peak memory. Needs
+    #: executable serialization and a plugin that can start a second client on the machine
+    #: (not a GPU plugin that reserves the device's memory). ``TORCH_PJRT_COMPILE_WORKER=0``
+    #: turns it off.
+    compile_worker: bool = False
+
     #: dtypes autocast may use on this device, preferred first (the first is autocast's default).
     amp_dtypes: Tuple[str, ...] = ("bfloat16", "float16")
 
@@ -136,6 +145,7 @@ class DevicePlugin:
             "amp_dtypes": [dtype_name(d) for d in self.amp_dtypes],
             "cross_process_collectives": bool(self.cross_process_collectives),
             "host_kernels": bool(self.host_kernels),
+            "compile_worker": bool(self.compile_worker),
         }
 
     def runtime_capabilities(self) -> Dict[str, str]:

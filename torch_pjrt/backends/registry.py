@@ -10,8 +10,10 @@ runs at ``import torch``.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
+import sys
 import threading
 import traceback
 import warnings
@@ -231,6 +233,9 @@ def candidate_config(index: int) -> Optional[Dict]:
             "capabilities": plugin.runtime_capabilities(),
             "strict": strict,
         }
+        worker = _compile_worker_command(plugin)
+        if worker is not None:
+            config["compile_worker"] = worker
         if job is not None:
             rank, size, store = job
             config["options"].update(plugin.distributed_client_options(rank, size))
@@ -245,6 +250,22 @@ def candidate_config(index: int) -> Optional[Dict]:
     # If this candidate fails to start, the next one's configuration sets the default again.
     _set_autocast_default(config["capabilities"])
     return config
+
+
+# The compile worker's interpreter: no site packages, no torch; it runs the worker library's
+# entry point on the protocol's file descriptors and exits when the requests end.
+_WORKER_CODE = "import ctypes, os, sys; os._exit(ctypes.CDLL(sys.argv[1]).torch_pjrt_compile_worker_main(3, 4))"
+
+
+def _compile_worker_command(plugin: DevicePlugin) -> Optional[List[str]]:
+    """The command that starts a compile worker (torch_pjrt/csrc/runtime/compile_worker.h) for
+    a plugin declaring ``compile_worker``, unless ``TORCH_PJRT_COMPILE_WORKER=0``."""
+    if not plugin.compile_worker or os.environ.get("TORCH_PJRT_COMPILE_WORKER", "1") == "0":
+        return None
+    spec = importlib.util.find_spec("torch_pjrt._compile_worker")
+    if spec is None or not spec.origin:
+        return None  # a build without the worker library: compile in this process
+    return [sys.executable, "-I", "-S", "-c", _WORKER_CODE, spec.origin]
 
 
 def _cross_process_job(name: str, plugin: DevicePlugin):

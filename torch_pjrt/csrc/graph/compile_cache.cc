@@ -187,11 +187,10 @@ std::shared_ptr<runtime::Executable> CompileCache::LoadFromDisk(
 }
 
 void CompileCache::StoreToDisk(uint64_t key, const std::string& fingerprint,
-                               const runtime::Executable& exe) {
+                               const runtime::Executable& exe, std::string payload) {
   if (directory_.empty()) return;
-  std::string payload;
   try {
-    payload = exe.Serialize();
+    if (payload.empty()) payload = exe.Serialize();
   } catch (const std::exception& e) {
     Warn(std::string("could not serialize an executable for the disk cache: ") + e.what());
     return;

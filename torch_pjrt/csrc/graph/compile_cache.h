@@ -46,7 +46,10 @@ class CompileCache {
   // `fingerprint` identifies plugin + platform version + package version.
   std::shared_ptr<runtime::Executable> LoadFromDisk(uint64_t key, const std::string& fingerprint,
                                                    const std::shared_ptr<runtime::Client>& client);
-  void StoreToDisk(uint64_t key, const std::string& fingerprint, const runtime::Executable& exe);
+  // `serialized`: the executable's bytes when it was loaded from them (a compile worker's): a
+  // loaded executable serializes without its code on the CPU plugin. Empty: serialize `exe`.
+  void StoreToDisk(uint64_t key, const std::string& fingerprint, const runtime::Executable& exe,
+                   std::string serialized = {});
 
  private:
   CompileCache();

@@ -502,11 +502,13 @@ std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause 
     Metrics::Increment(Counter::kCacheHitsDisk);
   } else {
     ScopedTimer timer(Timer::kCompile);
-    compiled->executable = runtime::Executable::Compile(
-        client, g.text, std::vector<int64_t>(g.replica_devices.begin(), g.replica_devices.end()));
+    std::string serialized;  // the worker's bytes, when it compiled
+    compiled->executable = runtime::CompileProgram(
+        g.text, std::vector<int64_t>(g.replica_devices.begin(), g.replica_devices.end()), &serialized);
     Metrics::Increment(Counter::kGraphsCompiled);
+    if (!serialized.empty()) Metrics::Increment(Counter::kCompilesInWorker);
     ReleaseFreedHeap();
-    if (!replicated) cache.StoreToDisk(key, fingerprint, *compiled->executable);
+    if (!replicated) cache.StoreToDisk(key, fingerprint, *compiled->executable, std::move(serialized));
   }
   if (Debug().log_compiles) ExplainCompile(key, device, cause, g, pending.outputs.size(), MsSince(t0), from_disk);
   if (compiled->executable->num_outputs() != pending.outputs.size()) {

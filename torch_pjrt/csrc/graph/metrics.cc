@@ -33,6 +33,7 @@ const char* Metrics::Name(Counter c) {
   switch (c) {
     case Counter::kNodesTraced: return "NodesTraced";
     case Counter::kGraphsCompiled: return "GraphsCompiled";
+    case Counter::kCompilesInWorker: return "CompilesInWorker";
     case Counter::kCacheHitsMemory: return "CacheHitsMemory";
     case Counter::kCacheHitsDisk: return "CacheHitsDisk";
     case Counter::kCacheCorruptEntries: return "CacheCorruptEntries";

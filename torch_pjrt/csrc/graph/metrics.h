@@ -13,6 +13,7 @@ namespace torch_pjrt::graph {
 enum class Counter : int {
   kNodesTraced,
   kGraphsCompiled,     // compiled by the plugin (a miss in both caches)
+  kCompilesInWorker,   // of those, compiled by the compile worker process (runtime/compile_worker.h)
   kCacheHitsMemory,
   kCacheHitsDisk,
   kCacheCorruptEntries,

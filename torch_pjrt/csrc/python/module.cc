@@ -70,6 +70,9 @@ runtime::PluginConfig ToPluginConfig(const py::dict& candidate) {
     c.options.push_back(ToOption(option.first.cast<std::string>(), option.second));
   }
   if (candidate.contains("kv_store")) c.kv_store = KeyValueStoreFromPython(candidate["kv_store"]);
+  if (candidate.contains("compile_worker")) {
+    c.compile_worker = candidate["compile_worker"].cast<std::vector<std::string>>();
+  }
   if (candidate.contains("capabilities")) {
     for (auto cap : candidate["capabilities"].cast<py::dict>()) {
       c.capabilities[cap.first.cast<std::string>()] = py::str(cap.second).cast<std::string>();
@@ -346,9 +349,23 @@ PYBIND11_MODULE(_C, m) {
   m.def("_keep_freed_blocks_in_heap", &torch_pjrt::runtime::KeepFreedBlocksInHeap);
   // Compiles StableHLO text with the active plugin and returns its number of outputs: a debugging
   // aid for lowering authors and plugin vendors (errors come back as RuntimeError).
+  // Compiled where the graphs are (the compile worker when there is one).
   m.def("_compile_stablehlo", [](const std::string& text) {
     py::gil_scoped_release no_gil;
-    return runtime::Executable::Compile(runtime::GetClient(), text)->num_outputs();
+    std::string serialized;
+    return runtime::CompileProgram(text, {}, &serialized)->num_outputs();
+  });
+  // The compile worker's pid (-1: none) and whether it started (tests, debugging).
+  m.def("_compile_worker_status", [] {
+    runtime::CompileWorkerStatus status;
+    {
+      py::gil_scoped_release no_gil;
+      status = runtime::GetCompileWorkerStatus();
+    }
+    py::dict d;
+    d["pid"] = status.pid;
+    d["started"] = status.started;
+    return d;
   });
   BindCapture(m);
   BindDistributed(m);

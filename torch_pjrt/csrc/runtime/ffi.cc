@@ -60,22 +60,31 @@ int64_t FindAttr(const XLA_FFI_CallFrame* frame, const char* name) {
 
 void AddFfiHandler(const char* name, XLA_FFI_Handler* handler) { Handlers().emplace_back(name, handler); }
 
-void RegisterFfiHandlers(const Plugin& plugin, const std::string& platform) {
+void RegisterFfiHandler(const Plugin& plugin, const std::string& platform, const std::string& name,
+                        XLA_FFI_Handler* handler) {
   const FfiExtension* ffi = FindFfiExtension(plugin.api());
   if (ffi == nullptr || ffi->register_handler == nullptr) {
     throw PjrtError("PJRT plugin '" + plugin.name() + "' declares host_kernels but has no FFI extension");
   }
-  for (const auto& [name, handler] : Handlers()) {
-    FfiRegisterHandlerArgs args;
-    std::memset(&args, 0, sizeof(args));
-    args.struct_size = sizeof(args);
-    args.target_name = name;
-    args.target_name_size = std::strlen(name);
-    args.handler = reinterpret_cast<void*>(handler);
-    args.platform_name = platform.data();
-    args.platform_name_size = platform.size();
-    plugin.Check(ffi->register_handler(&args), "PJRT_FFI_Register_Handler");
-  }
+  FfiRegisterHandlerArgs args;
+  std::memset(&args, 0, sizeof(args));
+  args.struct_size = sizeof(args);
+  args.target_name = name.data();
+  args.target_name_size = name.size();
+  args.handler = reinterpret_cast<void*>(handler);
+  args.platform_name = platform.data();
+  args.platform_name_size = platform.size();
+  plugin.Check(ffi->register_handler(&args), "PJRT_FFI_Register_Handler");
+}
+
+void RegisterFfiHandlers(const Plugin& plugin, const std::string& platform) {
+  for (const auto& [name, handler] : Handlers()) RegisterFfiHandler(plugin, platform, name, handler);
+}
+
+std::vector<std::string> FfiHandlerNames() {
+  std::vector<std::string> names;
+  for (const auto& entry : Handlers()) names.emplace_back(entry.first);
+  return names;
 }
 
 bool IsMetadataQuery(XLA_FFI_CallFrame* frame) {

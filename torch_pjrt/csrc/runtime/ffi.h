@@ -139,6 +139,11 @@ void AddFfiHandler(const char* name, XLA_FFI_Handler* handler);
 // Registers every added handler with `plugin` for `platform`. Throws PjrtError when the plugin
 // has no FFI extension.
 void RegisterFfiHandlers(const Plugin& plugin, const std::string& platform);
+// The targets of the added handlers (what a compile worker registers stand-ins for).
+std::vector<std::string> FfiHandlerNames();
+// Registers one handler; throws like RegisterFfiHandlers.
+void RegisterFfiHandler(const Plugin& plugin, const std::string& platform, const std::string& name,
+                        XLA_FFI_Handler* handler);
 
 // For handlers: answers the runtime's metadata query (returns true: the call is done), or says
 // the call frame is an execution (false for the other stages, which handlers ignore).

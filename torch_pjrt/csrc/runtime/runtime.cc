@@ -1,5 +1,6 @@
 #include "runtime/runtime.h"
 
+#include "runtime/compile_worker.h"
 #include "runtime/ffi.h"
 
 #include <mutex>
@@ -17,7 +18,13 @@ struct State {
   std::map<std::string, std::string> capabilities;
   std::string error;  // set once creation failed
   bool shut_down = false;
+  std::mutex compile_mutex;               // serializes compiles in the worker; guards `worker`
+  std::unique_ptr<CompileWorker> worker;  // null: compile here
 };
+
+// Programs this small compile here while the worker is still starting: the first op after start
+// should not wait for a second process (a few hundred bytes compile in milliseconds).
+constexpr size_t kWaitForWorkerBytes = 32 << 10;
 
 // Leaked on purpose: destroying PJRT objects from static destructors races with the plugin's own
 // teardown. Orderly destruction happens in ShutdownClient (called at interpreter exit).
@@ -71,6 +78,18 @@ void Warn(State& s, const std::string& message) {
   if (warn) warn(message);  // Python warnings: no lock held
 }
 
+void StartCompileWorker(State& s, const PluginConfig& config) {
+  if (config.compile_worker.empty()) return;
+  try {
+    auto worker = std::make_unique<CompileWorker>(config.compile_worker, config.name, config.library_path,
+                                                  config.options);
+    std::lock_guard<std::mutex> lock(s.compile_mutex);
+    s.worker = std::move(worker);
+  } catch (const CompileWorkerLost& e) {
+    Warn(s, std::string(e.what()) + " -- compiling in this process");
+  }
+}
+
 // Tries candidate after candidate until one starts. Returns the client (possibly one another
 // thread started meanwhile).
 std::shared_ptr<Client> StartFirstWorkingCandidate(State& s) {
@@ -92,6 +111,7 @@ std::shared_ptr<Client> StartFirstWorkingCandidate(State& s) {
       if (auto existing = ExistingClient(s)) return existing;
       try {
         auto client = StartClient(candidate->config);
+        StartCompileWorker(s, candidate->config);
         std::lock_guard<std::mutex> lock(s.mutex);
         s.capabilities = candidate->config.capabilities;
         s.client = client;
@@ -132,7 +152,48 @@ std::shared_ptr<Client> PeekClient() {
   return state().client;
 }
 
+std::shared_ptr<Executable> CompileProgram(const std::string& mlir_text,
+                                           const std::vector<int64_t>& replica_devices,
+                                           std::string* serialized) {
+  State& s = state();
+  auto client = GetClient();
+  serialized->clear();
+  if (replica_devices.empty()) {
+    std::unique_lock<std::mutex> lock(s.compile_mutex);
+    if (s.worker && (s.worker->Started() || mlir_text.size() >= kWaitForWorkerBytes)) {
+      try {
+        *serialized = s.worker->Compile(mlir_text);
+        lock.unlock();
+        return Executable::Deserialize(client, *serialized);
+      } catch (const CompileWorkerLost& e) {
+        std::unique_ptr<CompileWorker> lost = std::move(s.worker);
+        lock.unlock();
+        Warn(s, std::string(e.what()) + " -- compiling in this process from now on");
+      }
+    }
+  }
+  return Executable::Compile(client, mlir_text, replica_devices);
+}
+
+CompileWorkerStatus GetCompileWorkerStatus() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.compile_mutex);
+  CompileWorkerStatus status;
+  if (!s.worker) return status;
+  status.pid = s.worker->pid();
+  try {
+    status.started = s.worker->Started();
+  } catch (const CompileWorkerLost&) {
+    status.started = false;  // the next compile reports it
+  }
+  return status;
+}
+
 void ShutdownClient() {
+  {
+    std::lock_guard<std::mutex> lock(state().compile_mutex);
+    state().worker.reset();
+  }
   std::shared_ptr<Client> client;
   {
     std::lock_guard<std::mutex> lock(state().mutex);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/client.h"
+#include "runtime/executable.h"
 
 namespace torch_pjrt::runtime {
 
@@ -23,6 +24,9 @@ struct PluginConfig {
   std::map<std::string, std::string> capabilities;
   // Given when the plugin runs collectives across processes (see KeyValueStore).
   std::shared_ptr<KeyValueStore> kv_store;
+  // The command that starts a compile worker for this plugin (runtime/compile_worker.h); empty:
+  // programs compile in this process.
+  std::vector<std::string> compile_worker;
 };
 
 // One plugin to try. Candidates are asked for one at a time, best first, so that only the ones
@@ -49,6 +53,23 @@ std::shared_ptr<Client> GetClient();
 std::shared_ptr<Client> PeekClient();
 // Capabilities of the plugin whose client is running (empty before it starts).
 const std::map<std::string, std::string>& ActiveCapabilities();
+
+// Compiles a program for the running client: a portable one (no `replica_devices`) in the
+// compile worker when there is one, else here. A small program does not wait for a worker that
+// is still starting. `serialized` receives the worker's serialized executable (what the disk
+// cache must store: the CPU plugin re-serializes a loaded executable without its code), and
+// stays empty when the program compiled here. Throws PjrtError with the compiler's message on a
+// bad program; a worker that died is reported once as a warning and replaced by compiling here.
+std::shared_ptr<Executable> CompileProgram(const std::string& mlir_text,
+                                           const std::vector<int64_t>& replica_devices,
+                                           std::string* serialized);
+
+// The compile worker's process id (-1: none) and whether its client started. Never blocks long.
+struct CompileWorkerStatus {
+  int pid = -1;
+  bool started = false;
+};
+CompileWorkerStatus GetCompileWorkerStatus();
 
 // Releases our reference to the client (at interpreter exit, after all buffers are gone).
 void ShutdownClient();
