@@ -53,6 +53,8 @@ def _index(device: _DeviceLike, optional: bool = True) -> int:
 
 def is_available() -> bool:
     """Whether some sub-plugin can run here (does not load any PJRT library)."""
+    if _C._client_started():
+        return True  # asked every optimizer step (torch.accelerator): skip the plugin search
     try:
         return bool(registry.candidates())
     except RuntimeError:
