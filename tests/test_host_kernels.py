@@ -1,7 +1,7 @@
-"""Host kernels (capability `host_kernels`, the CPU plugin): float32 convolutions run as torch's own
-CPU convolution inside the compiled program, through XLA FFI custom calls
-(csrc/host_kernels/). The results are eager's; the XLA convolution lowering stays for other
-dtypes and plugins, and is still tested here with the capability switched off."""
+"""Host kernels (capability `host_kernels`, the CPU plugin): float32 convolutions and 2-d max
+pooling run as torch's own CPU kernels inside the compiled program, through XLA FFI custom calls
+(csrc/host_kernels/). The results are eager's; the XLA lowerings stay for other dtypes and
+plugins, and are still tested here with the capability switched off."""
 import glob
 import os
 import subprocess
@@ -43,6 +43,33 @@ def test_convolutions_run_as_host_kernels_and_equal_eager(tmp_path):
     assert not any("convolution" in name for name in torch.pjrt.metrics.fallbacks())
 
 
+def test_max_pooling_runs_as_host_kernels_and_equals_eager(tmp_path):
+    torch.pjrt.synchronize()
+    torch.pjrt.set_dump_dir(str(tmp_path))
+    x = torch.randn(2, 3, 11, 10)
+    x[0, 0, 2, 3], x[1, 2, 5, 5] = float("nan"), -float("inf")
+    results = []
+    try:
+        for kwargs in (dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=3, stride=1, padding=1, dilation=2),
+                       dict(kernel_size=2, stride=2, ceil_mode=True)):
+            xp = x.to("pjrt").requires_grad_()
+            yp, ip = F.max_pool2d(xp, return_indices=True, **kwargs)
+            (yp * torch.arange(yp.numel(), device="pjrt").view_as(yp)).sum().backward()
+            xc = x.clone().requires_grad_()
+            yc, ic = F.max_pool2d(xc, return_indices=True, **kwargs)
+            (yc * torch.arange(yc.numel()).view_as(yc)).sum().backward()
+            results.append(((yp.cpu(), ip.cpu(), xp.grad.cpu()), (yc, ic, xc.grad)))
+    finally:
+        torch.pjrt.set_dump_dir(None)
+    for got, want in results:
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+    text = "".join(open(p).read() for p in glob.glob(os.path.join(tmp_path, "*.mlir")))
+    assert "stablehlo.custom_call @torch_pjrt_max_pool2d(" in text
+    assert "stablehlo.custom_call @torch_pjrt_max_pool2d_backward(" in text
+    assert "reduce_window" not in text
+
+
 def test_half_precision_convolutions_keep_the_xla_lowering(tmp_path):
     torch.pjrt.synchronize()
     torch.pjrt.set_dump_dir(str(tmp_path))
@@ -56,11 +83,13 @@ def test_half_precision_convolutions_keep_the_xla_lowering(tmp_path):
     assert "stablehlo.convolution" in text and "torch_pjrt_conv" not in text
 
 
-def test_xla_convolution_lowering_without_host_kernels():
-    """TORCH_PJRT_HOST_KERNELS=0: the convolution tests pass through XLA's convolution."""
+def test_xla_lowerings_without_host_kernels():
+    """TORCH_PJRT_HOST_KERNELS=0: the convolution and max-pooling tests pass through the XLA
+    lowerings."""
     env = dict(os.environ, TORCH_PJRT_HOST_KERNELS="0")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:logging", "-p", "no:cacheprovider",
-                           os.path.join(HERE, "test_lowerings.py"), "-k", "conv"],
+                           os.path.join(HERE, "test_lowerings.py"), os.path.join(HERE, "test_lowerings_spatial.py"),
+                           "-k", "conv or max_pool"],
                           capture_output=True, text=True, env=env, timeout=600, cwd=HERE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert " passed" in proc.stdout

@@ -20,30 +20,20 @@ ConvArgs ReadConvArgs(const XLA_FFI_CallFrame* frame) {
                   runtime::FfiIntAttr(frame, "transposed", 0) != 0, runtime::FfiIntAttr(frame, "groups", 1)};
 }
 
-at::Tensor Arg(const XLA_FFI_CallFrame* frame, int i) {
-  return Wrap(static_cast<const XLA_FFI_Buffer*>(frame->args.args[i]));
-}
-at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i) {
-  return Wrap(static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[i]));
-}
-
 // torch_pjrt_conv(x, w) -> y, without bias (the program adds it).
 XLA_FFI_Error* Convolution(XLA_FFI_CallFrame* frame) {
-  if (runtime::IsMetadataQuery(frame) || !runtime::IsExecution(frame)) return nullptr;
-  std::string error = RunOnKernelThread([frame] {
+  return RunHandler(frame, "torch_pjrt_conv", [frame] {
     ConvArgs a = ReadConvArgs(frame);
     at::Tensor y = at::convolution(Arg(frame, 0), Arg(frame, 1), std::nullopt, a.stride, a.padding, a.dilation,
                                    a.transposed, a.output_padding, a.groups);
     Ret(frame, 0).copy_(y);
   });
-  return error.empty() ? nullptr : runtime::FfiError(frame, "torch_pjrt_conv: " + error);
 }
 
 // torch_pjrt_conv_backward(grad_y, x, w) -> (grad_x, grad_w); the results not asked for by the
 // grad_input/grad_weight attributes are left unwritten (the program does not read them).
 XLA_FFI_Error* ConvolutionBackward(XLA_FFI_CallFrame* frame) {
-  if (runtime::IsMetadataQuery(frame) || !runtime::IsExecution(frame)) return nullptr;
-  std::string error = RunOnKernelThread([frame] {
+  return RunHandler(frame, "torch_pjrt_conv_backward", [frame] {
     ConvArgs a = ReadConvArgs(frame);
     std::array<bool, 3> mask{runtime::FfiIntAttr(frame, "grad_input", 1) != 0,
                              runtime::FfiIntAttr(frame, "grad_weight", 1) != 0, false};
@@ -53,7 +43,6 @@ XLA_FFI_Error* ConvolutionBackward(XLA_FFI_CallFrame* frame) {
     if (mask[0]) Ret(frame, 0).copy_(grad_x);
     if (mask[1]) Ret(frame, 1).copy_(grad_w);
   });
-  return error.empty() ? nullptr : runtime::FfiError(frame, "torch_pjrt_conv_backward: " + error);
 }
 
 const bool registered = (runtime::AddFfiHandler("torch_pjrt_conv", Convolution),

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 
 #include "host_kernels/host_kernels.h"
@@ -20,9 +21,18 @@ at::Tensor Wrap(const XLA_FFI_Buffer* buffer) {
     case XLA_FFI_DataType_F64: type = at::kDouble; break;
     case XLA_FFI_DataType_BF16: type = at::kBFloat16; break;
     case XLA_FFI_DataType_F16: type = at::kHalf; break;
+    case XLA_FFI_DataType_S64: type = at::kLong; break;
     default: throw std::invalid_argument("unsupported element type " + std::to_string(buffer->dtype));
   }
   return at::from_blob(buffer->data, at::IntArrayRef(buffer->dims, buffer->rank), at::TensorOptions().dtype(type));
+}
+
+at::Tensor Arg(const XLA_FFI_CallFrame* frame, int i) {
+  return Wrap(static_cast<const XLA_FFI_Buffer*>(frame->args.args[i]));
+}
+
+at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i) {
+  return Wrap(static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[i]));
 }
 
 namespace {
@@ -48,6 +58,9 @@ class KernelThread {
 
  private:
   void Loop() {
+    // Named so that profiles tell the kernels (and the OpenMP team this thread starts, which
+    // inherits the name) from XLA's threads.
+    pthread_setname_np(pthread_self(), "pjrt_hostkern");
     c10::InferenceMode inference;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
@@ -78,6 +91,12 @@ class KernelThread {
 std::string RunOnKernelThread(const std::function<void()>& kernel) {
   static auto* thread = new KernelThread();  // never destroyed: handlers may run until exit
   return thread->Run(kernel);
+}
+
+XLA_FFI_Error* RunHandler(XLA_FFI_CallFrame* frame, const char* target, const std::function<void()>& kernel) {
+  if (runtime::IsMetadataQuery(frame) || !runtime::IsExecution(frame)) return nullptr;
+  std::string error = RunOnKernelThread(kernel);
+  return error.empty() ? nullptr : runtime::FfiError(frame, std::string(target) + ": " + error);
 }
 
 }  // namespace torch_pjrt::host_kernels

@@ -20,11 +20,19 @@ namespace torch_pjrt::host_kernels {
 
 // A CPU tensor over an FFI buffer (no copy).
 at::Tensor Wrap(const XLA_FFI_Buffer* buffer);
+// Argument / result `i` of a call frame as a CPU tensor (no copy).
+at::Tensor Arg(const XLA_FFI_CallFrame* frame, int i);
+at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i);
 
 // Runs `kernel` on the one thread that runs every host kernel, and waits for it. XLA calls
 // handlers from whichever of its worker threads is free; torch's kernels parallelize with
 // OpenMP, which keeps a thread team per calling thread, so calling them from several threads
 // would start several teams competing for the cores. Returns the kernel's error message, or "".
 std::string RunOnKernelThread(const std::function<void()>& kernel);
+
+// Every handler's body: answers the runtime's metadata query, ignores the stages before
+// execution, runs `kernel` on the kernel thread and turns its exception into an FFI error that
+// names `target`.
+XLA_FFI_Error* RunHandler(XLA_FFI_CallFrame* frame, const char* target, const std::function<void()>& kernel);
 
 }  // namespace torch_pjrt::host_kernels

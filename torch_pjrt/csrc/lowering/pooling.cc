@@ -115,11 +115,28 @@ PoolArgs ReadPoolArgs(LowerCtx& c, size_t n, size_t kernel_i, size_t stride_i, s
 
 // ------------------------------------------------------------ max pooling
 
+// Host kernels (TargetOptions::host_kernels): float32 2-d max pooling and its backward run as
+// torch's own CPU kernels inside the program (host_kernels/pooling.cc); XLA:CPU ran this file's
+// backward 4-5x slower than eager (docs/design.md).
+bool UseHostMaxPool(const Emitter& e, int n, const Val& x) {
+  return n == 2 && e.target().host_kernels && x.dtype() == ElementType::kF32;
+}
+
+// The attributes of torch_pjrt_max_pool2d(_backward): the pooling's arguments.
+std::string HostPoolAttrs(const PoolArgs& p, bool ceil_mode) {
+  return "ceil_mode = " + std::string(ceil_mode ? "1" : "0") + " : i64, dilation = " + ArrayAttr(p.dilation) +
+         ", kernel = " + ArrayAttr(p.kernel) + ", padding = " + ArrayAttr(p.padding) +
+         ", stride = " + ArrayAttr(p.stride);
+}
+
 // max_pool2d/3d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False)
 template <int n>
 std::vector<Val> LowerMaxPool(LowerCtx& c) {
   Val x = c.tensor(0);
   PoolArgs p = ReadPoolArgs(c, n, 1, 2, 3, 4);
+  if (UseHostMaxPool(c.e, n, x) && NumElements(c.out(0).dims) > 0) {
+    return c.e.FfiCall("torch_pjrt_max_pool2d", {x}, {c.out(0), c.out(1)}, HostPoolAttrs(p, c.bool_arg(5)));
+  }
   Window w = PoolWindow(x, n, p.kernel, p.stride, p.padding, p.dilation, Trailing(c.out(0).dims, n));
   if (NumElements(c.out(0).dims) == 0) {
     return {c.e.Full(0, c.out(0)), c.e.Full(0, c.out(1))};
@@ -210,6 +227,9 @@ std::vector<Val> LowerMaxPoolBackward(LowerCtx& c) {
   Emitter& e = c.e;
   if (x.numel() == 0 || g.numel() == 0) return {e.Full(0, c.out())};
   PoolArgs p = ReadPoolArgs(c, n, 2, 3, 4, 5);
+  if (UseHostMaxPool(e, n, x) && g.dtype() == ElementType::kF32) {
+    return e.FfiCall("torch_pjrt_max_pool2d_backward", {g, x, idx}, {c.out()}, HostPoolAttrs(p, c.bool_arg(6)));
+  }
   ElementType acc = Opmath(c.out().dtype);
   int64_t lead = x.rank() - n;
   Val gc = e.Convert(g, acc);

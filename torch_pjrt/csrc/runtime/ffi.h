@@ -35,6 +35,7 @@ enum XLA_FFI_DataType : int {
   XLA_FFI_DataType_F64 = 12,
   XLA_FFI_DataType_BF16 = 16,
   XLA_FFI_DataType_F16 = 10,
+  XLA_FFI_DataType_S64 = 5,
 };
 
 struct XLA_FFI_Buffer {

@@ -1,0 +1,47 @@
+// Host kernels for 2-d max pooling (float32): torch's own CPU kernels. XLA:CPU ran the
+// lowering's backward (one compare-select-pad per window tap) 4-5x slower than eager's
+// (docs/design.md, XLA CPU performance notes), and ResNet's stem pools every step. Targets:
+//   torch_pjrt_max_pool2d(x) -> (y, indices): at::max_pool2d_with_indices;
+//   torch_pjrt_max_pool2d_backward(grad_y, x, indices) -> grad_x.
+// Attributes: kernel, stride, padding, dilation (i64 arrays), ceil_mode (i64).
+#include <ATen/ATen.h>
+
+#include "host_kernels/host_kernels.h"
+
+namespace torch_pjrt::host_kernels {
+namespace {
+
+struct PoolArgs {
+  std::vector<int64_t> kernel, stride, padding, dilation;
+  bool ceil_mode;
+};
+
+PoolArgs ReadPoolArgs(const XLA_FFI_CallFrame* frame) {
+  return PoolArgs{runtime::FfiIntArrayAttr(frame, "kernel"), runtime::FfiIntArrayAttr(frame, "stride"),
+                  runtime::FfiIntArrayAttr(frame, "padding"), runtime::FfiIntArrayAttr(frame, "dilation"),
+                  runtime::FfiIntAttr(frame, "ceil_mode", 0) != 0};
+}
+
+XLA_FFI_Error* MaxPool2d(XLA_FFI_CallFrame* frame) {
+  return RunHandler(frame, "torch_pjrt_max_pool2d", [frame] {
+    PoolArgs a = ReadPoolArgs(frame);
+    at::Tensor y = Ret(frame, 0), indices = Ret(frame, 1);
+    at::max_pool2d_with_indices_out(y, indices, Arg(frame, 0), a.kernel, a.stride, a.padding, a.dilation,
+                                    a.ceil_mode);
+  });
+}
+
+XLA_FFI_Error* MaxPool2dBackward(XLA_FFI_CallFrame* frame) {
+  return RunHandler(frame, "torch_pjrt_max_pool2d_backward", [frame] {
+    PoolArgs a = ReadPoolArgs(frame);
+    at::Tensor grad_x = Ret(frame, 0);
+    at::max_pool2d_with_indices_backward_out(grad_x, Arg(frame, 0), Arg(frame, 1), a.kernel, a.stride, a.padding,
+                                             a.dilation, a.ceil_mode, Arg(frame, 2));
+  });
+}
+
+const bool registered = (runtime::AddFfiHandler("torch_pjrt_max_pool2d", MaxPool2d),
+                         runtime::AddFfiHandler("torch_pjrt_max_pool2d_backward", MaxPool2dBackward), true);
+
+}  // namespace
+}  // namespace torch_pjrt::host_kernels
