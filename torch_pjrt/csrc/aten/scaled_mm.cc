@@ -3,13 +3,19 @@
 // or row-wise scales, the bias added, rounded to the output dtype (the first operand's unless
 // given). Overflow follows the CPU kernel too: it saturates to +-448 in float8_e4m3fn (the
 // generic conversion), except for tensor-wise scales with both operands and the output
-// float8_e4m3fn, which the CPU kernel hands to oneDNN, whose conversion gives NaN. The checks are the CPU kernel's; torch's Meta kernel is CUDA's (it wants a
-// column-major second operand), so it is not used here.
+// float8_e4m3fn, which the CPU kernel hands to oneDNN, whose conversion gives NaN on some
+// machines and saturates on others (CpuOverflowsToNaN asks the CPU kernel which). The checks
+// are the CPU kernel's; torch's Meta kernel is CUDA's (it wants a column-major second operand),
+// so it is not used here.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/_scaled_mm.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/where.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <limits>
 
 #include "aten/kernel_util.h"
@@ -30,6 +36,23 @@ void CheckOperands(const at::Tensor& a, const at::Tensor& b, const std::optional
   TORCH_CHECK(at::isFloat8Type(b.scalar_type()), "Expected mat2 to be Float8 matrix got ", b.scalar_type());
 }
 
+// Whether this machine's CPU kernel turns an overflowing tensor-wise all-float8_e4m3fn product
+// into NaN (oneDNN's conversion on some instruction sets) rather than +-448: asked once, with
+// 448 * 448.
+bool CpuOverflowsToNaN() {
+  static const bool nan = [] {
+    try {
+      at::Tensor x = at::full({1, 1}, 448.0, at::TensorOptions().dtype(c10::kFloat)).to(c10::kFloat8_e4m3fn);
+      at::Tensor one = at::ones({}, at::TensorOptions().dtype(c10::kFloat));
+      at::Tensor r = at::_scaled_mm(x, x, one, one, std::nullopt, std::nullopt, c10::kFloat8_e4m3fn);
+      return std::isnan(r.to(c10::kFloat).item<float>());
+    } catch (const std::exception&) {
+      return true;  // what the CPU kernels seen so far did
+    }
+  }();
+  return nan;
+}
+
 // (a b) * scale_a * scale_b (+ bias), in float, rounded to `out_dtype` (a's dtype if not given).
 at::Tensor ScaledProduct(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
                          const std::optional<at::Tensor>& bias, std::optional<c10::ScalarType> out_dtype) {
@@ -39,7 +62,7 @@ at::Tensor ScaledProduct(const at::Tensor& a, const at::Tensor& b, const at::Ten
   c10::ScalarType type = out_dtype.value_or(a.scalar_type());
   constexpr auto e4m3 = c10::kFloat8_e4m3fn;
   bool tensor_wise = scale_a.numel() == 1 && scale_b.numel() == 1;
-  if (tensor_wise && a.scalar_type() == e4m3 && b.scalar_type() == e4m3 && type == e4m3) {
+  if (tensor_wise && a.scalar_type() == e4m3 && b.scalar_type() == e4m3 && type == e4m3 && CpuOverflowsToNaN()) {
     // Beyond the midpoint to the next power's first step, oneDNN's rounding overflows to NaN.
     out = at::where(out.abs().gt(464), std::numeric_limits<float>::quiet_NaN(), out);
   }
