@@ -77,8 +77,7 @@ def run_script(body, **env):
         import os, signal, time, warnings
         import torch
         from torch_pjrt import _C
-        sys_path_test = {test_dir!r}
-        import sys; sys.path.insert(0, sys_path_test)
+        import sys; sys.path.insert(0, {test_dir!r})
         from test_compile_worker import started_worker_pid, fresh_size, counter
         """).format(test_dir=os.path.dirname(__file__)) + textwrap.dedent(body)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
@@ -96,6 +95,27 @@ def test_a_lost_worker_is_replaced_by_compiling_here():
             got = (x.to("pjrt").cos() + 1).cpu()
         torch.testing.assert_close(got, x.cos() + 1)
         print("warned", any("compile worker died" in str(w.message) for w in caught))
+        print("status", _C._compile_worker_status()["pid"], counter("CompilesInWorker"))
+        """)
+    assert "warned True" in out
+    assert "status -1 0" in out
+
+
+def test_a_worker_that_never_starts_is_replaced_by_compiling_here():
+    out = run_script("""
+        from torch_pjrt.backends import registry
+        registry._WORKER_CODE = "import os; os._exit(3)"  # exits before its start reply
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x = torch.ones(1, device="pjrt")  # starts the client and the worker
+            pid, deadline = _C._compile_worker_status()["pid"], time.monotonic() + 60
+            while open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] != "Z":  # exited, unreaped
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            y = torch.randn(fresh_size(), 2)
+            got = (y.to("pjrt") * 2 + x).cpu()
+        torch.testing.assert_close(got, y * 2 + 1)
+        print("warned", any("exited before it started" in str(w.message) for w in caught))
         print("status", _C._compile_worker_status()["pid"], counter("CompilesInWorker"))
         """)
     assert "warned True" in out

@@ -160,16 +160,17 @@ std::shared_ptr<Executable> CompileProgram(const std::string& mlir_text,
   serialized->clear();
   if (replica_devices.empty()) {
     std::unique_lock<std::mutex> lock(s.compile_mutex);
-    if (s.worker && (s.worker->Started() || mlir_text.size() >= kWaitForWorkerBytes)) {
-      try {
+    try {
+      // Started() too finds a worker that exited before it started.
+      if (s.worker && (s.worker->Started() || mlir_text.size() >= kWaitForWorkerBytes)) {
         *serialized = s.worker->Compile(mlir_text);
         lock.unlock();
         return Executable::Deserialize(client, *serialized);
-      } catch (const CompileWorkerLost& e) {
-        std::unique_ptr<CompileWorker> lost = std::move(s.worker);
-        lock.unlock();
-        Warn(s, std::string(e.what()) + " -- compiling in this process from now on");
       }
+    } catch (const CompileWorkerLost& e) {
+      std::unique_ptr<CompileWorker> lost = std::move(s.worker);
+      lock.unlock();
+      Warn(s, std::string(e.what()) + " -- compiling in this process from now on");
     }
   }
   return Executable::Compile(client, mlir_text, replica_devices);
