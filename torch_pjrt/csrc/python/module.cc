@@ -347,9 +347,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_native_meta_ops", &aten::NativeMetaOps);
   // For plugins whose buffers are host heap allocations; called from their configure hooks.
   m.def("_keep_freed_blocks_in_heap", &torch_pjrt::runtime::KeepFreedBlocksInHeap);
-  // Compiles StableHLO text with the active plugin and returns its number of outputs: a debugging
-  // aid for lowering authors and plugin vendors (errors come back as RuntimeError).
-  // Compiled where the graphs are (the compile worker when there is one).
+  // Compiles StableHLO text with the active plugin, where graphs compile (the compile worker when
+  // there is one), and returns its number of outputs: a debugging aid for lowering authors and
+  // plugin vendors (errors come back as RuntimeError).
   m.def("_compile_stablehlo", [](const std::string& text) {
     py::gil_scoped_release no_gil;
     std::string serialized;
