@@ -334,7 +334,8 @@ def test_path_plugin_with_bad_capabilities_is_reported():
 # ---------------------------------------------------------------------------------- cpu
 
 
-CPU_FLAGS = "--xla_cpu_copy_insertion_use_region_analysis=true --xla_cpu_enable_fast_min_max=true"
+CPU_FLAGS = ("--xla_cpu_copy_insertion_use_region_analysis=true --xla_cpu_enable_fast_min_max=true "
+             "--xla_cpu_use_xnnpack=false")
 
 
 def test_cpu_plugin_sets_its_xla_flags_unless_the_user_chose(monkeypatch):
@@ -349,7 +350,7 @@ def test_cpu_plugin_sets_its_xla_flags_unless_the_user_chose(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_copy_insertion_use_region_analysis=false")
     cpu.CpuPlugin().configure_single_process()
     assert os.environ["XLA_FLAGS"] == ("--xla_cpu_copy_insertion_use_region_analysis=false "
-                                       "--xla_cpu_enable_fast_min_max=true")
+                                       "--xla_cpu_enable_fast_min_max=true --xla_cpu_use_xnnpack=false")
     # Set before the client starts, where the plugin reads it.
     out = run_python("""
         import os, torch

@@ -179,6 +179,38 @@ def test_cat_of_more_than_65535_tensors():
     assert torch.cat(d).shape == (2 * 9,)
 
 
+# ---------------------------------------------------------------------------- weights at reused addresses
+
+def close(actual, expected):
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_matmul_by_a_weight_updated_in_place():
+    # XLA:CPU's XNNPACK dots kept a parameter right operand packed while its buffer address was
+    # unchanged: after an in-place update (donation keeps the address) the product used the old
+    # weight (off by ~100 here), and a training step's backward used the first step's weights.
+    a, w = torch.randn(128, 1024), torch.randn(1024, 1024)
+    da, dw = a.to("pjrt"), w.to("pjrt")
+    for _ in range(3):
+        close(da @ dw, a @ w)
+        dw.add_(1)  # its own program, as an optimizer step is
+        torch.pjrt.synchronize()
+        w.add_(1)
+
+
+def test_matmul_by_new_weights_on_freed_buffers():
+    # The same cache, reached through the allocator: a new weight of the same size lands on the
+    # address of one just freed (it did by the sixth weight here).
+    a = torch.randn(64, 1024)
+    da = a.to("pjrt")
+    for _ in range(20):
+        w = torch.randn(1024, 1024)
+        dw = w.to("pjrt")
+        close(da @ dw, a @ w)
+        del dw
+        torch.pjrt.synchronize()
+
+
 # ---------------------------------------------------------------------------------- threads
 
 def test_first_tensor_and_is_initialized_from_two_threads_do_not_deadlock():

@@ -45,6 +45,14 @@ _XLA_FLAGS = {
     # fast and the plugin declares nan_propagating_min_max = False: the lowering selects NaNs
     # explicitly (docs/design.md, XLA CPU performance notes).
     "--xla_cpu_enable_fast_min_max": "true",
+    # XNNPACK dots are wrong on this build: a dot whose right operand is a parameter keeps that
+    # operand packed and reuses it while the parameter's buffer has the same address as on the
+    # last call, contents unchecked. A weight updated in place (donation keeps its address) or a
+    # new tensor landing on a freed one's address then multiplies by stale values: the MLP's
+    # backward used the first step's weight forever. Eigen's dots have no such cache; they cost
+    # ~5% on the GPT benchmark and made compiled steps (new weight buffers each step, so XNNPACK
+    # repacked every call) 1.6x faster (docs/design.md, "Stale packed weights").
+    "--xla_cpu_use_xnnpack": "false",
 }
 
 
