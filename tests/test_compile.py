@@ -267,3 +267,24 @@ def test_the_backward_seed_of_a_compiled_loss_is_uploaded_not_executed():
     cpu_model(x).square().mean().backward()
     for p, q in zip(cpu_model.parameters(), model.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_0d_cpu_inputs_are_replayed_as_value_scalars_not_uploads():
+    """0-d CPU inputs (an optimizer's step counts and bias corrections) take their value from the
+    value-scalar arrays each replay uploads anyway: one upload per dtype, not one per scalar, and
+    each call sees its own values."""
+    def f(x, a, b, c, d, n):
+        return (x * a + b) / c - d * n
+
+    compiled = torch.compile(f, backend="pjrt")
+    x = torch.randn(5)
+    device_x = x.to("pjrt")
+    for step in range(4):
+        scalars = [torch.tensor(1.5 + step), torch.tensor(-2.0 * step), torch.tensor(3.0 + step),
+                   torch.tensor(0.25 * step, dtype=torch.float64), torch.tensor(step + 1)]
+        with Counters() as c:
+            got = compiled(device_x, *scalars)
+        torch.testing.assert_close(got.cpu(), f(x, *scalars), rtol=1e-6, atol=1e-6)
+        if step >= 2:
+            assert c["GraphReplays"] == 1 and c["NodesTraced"] == 0
+            assert c["TransfersToDevice"] <= 3, c  # float32, float64 and int64 arrays

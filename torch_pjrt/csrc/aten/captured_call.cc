@@ -26,11 +26,17 @@ int CommonDevice(const std::vector<at::Tensor>& tensors) {
   return device < 0 ? CurrentDevice() : device;
 }
 
+// The tensors' storages; null for CPU tensors (a replay's scalar inputs).
 std::vector<graph::LazyStorage*> Storages(const std::vector<at::Tensor>& tensors) {
   std::vector<graph::LazyStorage*> out;
   out.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) out.push_back(StorageOf(t));
+  for (const at::Tensor& t : tensors) out.push_back(IsPjrt(t) ? StorageOf(t) : nullptr);
   return out;
+}
+
+void CheckScalarInput(const at::Tensor& t) {
+  TORCH_CHECK(t.device().is_cpu() && t.dim() == 0, "pjrt: a captured graph takes pjrt tensors and 0-d "
+              "CPU tensors, got a ", t.dim(), "-d tensor on ", t.device());
 }
 
 std::vector<ElementType> ElementTypes(const std::vector<at::Tensor>& tensors) {
@@ -50,13 +56,12 @@ at::Tensor ViewOver(const c10::Storage& storage, const CapturedCall::OutputView&
   return TensorOver(storage, v.sizes, v.strides, v.storage_offset, v.dtype);
 }
 
-// A 0-d CPU tensor (an optimizer's step count) as a pjrt tensor with a buffer of its own: the
-// program reads it as a parameter. `.to("pjrt")` would make it a pending fill, one more sync per call.
-at::Tensor UploadScalar(const at::Tensor& cpu, int device) {
-  TORCH_CHECK(cpu.device().is_cpu() && cpu.dim() == 0, "pjrt: a captured graph takes pjrt tensors and 0-d "
-              "CPU tensors, got a ", cpu.dim(), "-d tensor on ", cpu.device());
+// A 0-d CPU input (an optimizer's step count) as a pjrt tensor holding a value scalar of its
+// value: the program reads it from the value-scalar array, which a replay rewrites.
+at::Tensor ScalarInputTensor(const at::Tensor& cpu, int input, int device, std::vector<graph::ScalarInput>* scalars) {
   at::Tensor scalar = EmptyContiguous({}, cpu.scalar_type(), static_cast<c10::DeviceIndex>(device));
-  CopyFromHost(cpu, scalar);
+  scalars->push_back(graph::BindScalarInput(input, StorageOf(scalar), ToElementType(cpu.scalar_type()),
+                                            cpu.const_data_ptr()));
   return scalar;
 }
 
@@ -92,10 +97,11 @@ void UploadPendingFills(const std::vector<at::Tensor>& inputs) {
   }
 }
 
-std::vector<at::Tensor> OnDevice(const std::vector<at::Tensor>& inputs, int device) {
-  std::vector<at::Tensor> out;
+// Per input: the host bytes of a 0-d CPU tensor's value, null for pjrt tensors.
+std::vector<const void*> ScalarBytes(const std::vector<at::Tensor>& inputs) {
+  std::vector<const void*> out;
   out.reserve(inputs.size());
-  for (const at::Tensor& t : inputs) out.push_back(IsPjrt(t) ? t : UploadScalar(t, device));
+  for (const at::Tensor& t : inputs) out.push_back(IsPjrt(t) ? nullptr : t.const_data_ptr());
   return out;
 }
 
@@ -104,9 +110,14 @@ std::vector<at::Tensor> OnDevice(const std::vector<at::Tensor>& inputs, int devi
 CaptureStart BeginCapture(std::vector<at::Tensor>* inputs) {
   CaptureStart start;
   start.device = CommonDevice(*inputs);
-  *inputs = OnDevice(*inputs, start.device);
-  const std::vector<at::Tensor>& device_inputs = *inputs;
-  start.epoch = graph::BeginCapture(start.device, Storages(device_inputs), ElementTypes(device_inputs));
+  for (const at::Tensor& t : *inputs) {
+    if (!IsPjrt(t)) CheckScalarInput(t);
+  }
+  start.epoch = graph::BeginCapture(start.device, Storages(*inputs), ElementTypes(*inputs));
+  for (size_t i = 0; i < inputs->size(); ++i) {
+    at::Tensor& t = (*inputs)[i];
+    if (!IsPjrt(t)) t = ScalarInputTensor(t, static_cast<int>(i), start.device, &start.scalars);
+  }
   std::tie(start.rng_seed, start.rng_offset) = TakeRandomOffsets(start.device, 0);
   return start;
 }
@@ -122,7 +133,7 @@ std::shared_ptr<CapturedCall> FinishCapture(const CaptureStart& start, const std
   uint64_t rng_end = TakeRandomOffsets(start.device, 0).second;
   graph::CaptureRefusal refusal;
   auto graph = graph::FinishCapture(start.device, start.epoch, Storages(inputs), Storages(outputs),
-                                    start.rng_seed, start.rng_offset, rng_end, &refusal);
+                                    start.scalars, start.rng_seed, start.rng_offset, rng_end, &refusal);
   if (!graph) {
     *reason = refusal.reason;
     return nullptr;
@@ -135,17 +146,17 @@ std::shared_ptr<CapturedCall> FinishCapture(const CaptureStart& start, const std
   return call;
 }
 
-std::optional<std::vector<at::Tensor>> Replay(const CapturedCall& call, const std::vector<at::Tensor>& given) {
+std::optional<std::vector<at::Tensor>> Replay(const CapturedCall& call, const std::vector<at::Tensor>& inputs) {
   const graph::CapturedGraph& g = *call.graph;
-  for (const at::Tensor& t : given) {
+  for (const at::Tensor& t : inputs) {
     if (IsPjrt(t) ? t.device().index() != g.device : t.dim() != 0 || !t.device().is_cpu()) return std::nullopt;
   }
-  UploadPendingFills(given);
-  std::vector<at::Tensor> inputs = OnDevice(given, g.device);
+  UploadPendingFills(inputs);
   std::vector<graph::LazyStorage*> storages = Storages(inputs);
   if (!graph::InputsMatch(g, storages, ElementTypes(inputs))) return std::nullopt;
   auto [seed, offset] = TakeRandomOffsets(g.device, g.rng_increment);
-  std::vector<std::shared_ptr<runtime::Buffer>> results = graph::Replay(g, storages, seed, offset);
+  std::vector<std::shared_ptr<runtime::Buffer>> results =
+      graph::Replay(g, storages, ScalarBytes(inputs), seed, offset);
   std::vector<c10::Storage> result_storages(results.size());
   std::vector<at::Tensor> outputs;
   outputs.reserve(call.outputs.size());

@@ -30,16 +30,18 @@ struct CaptureStart {
   int device = 0;
   uint64_t epoch = 0;
   uint64_t rng_seed = 0, rng_offset = 0;
+  std::vector<graph::ScalarInput> scalars;  // the 0-d CPU inputs, as value scalars
 };
 
 // Syncs pending work and gives every input a buffer. Inputs are pjrt tensors on one device and 0-d
-// CPU tensors, which are replaced by pjrt copies (the function must be called with those).
+// CPU tensors, which are replaced by pjrt tensors holding a value scalar (the function must be
+// called with those; replays write the CPU value into that scalar).
 CaptureStart BeginCapture(std::vector<at::Tensor>* inputs);
 // After the function ran on `inputs` and returned `outputs` (pjrt tensors): launches its trace and
 // returns the captured call, or null with `reason` saying why it cannot be replayed.
 std::shared_ptr<CapturedCall> FinishCapture(const CaptureStart& start, const std::vector<at::Tensor>& inputs,
                                             const std::vector<at::Tensor>& outputs, std::string* reason);
-// Runs the captured call on new inputs (0-d CPU tensors are uploaded); nullopt when they do not
+// Runs the captured call on new inputs (0-d CPU tensors' values go in its value-scalar arrays); nullopt when they do not
 // match the capture (other shapes, buffer layouts or aliasing: the caller captures again).
 std::optional<std::vector<at::Tensor>> Replay(const CapturedCall& call, const std::vector<at::Tensor>& inputs);
 

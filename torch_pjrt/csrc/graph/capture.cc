@@ -6,6 +6,7 @@
 #include "graph/compile_cache.h"
 #include "graph/index_checks.h"
 #include "graph/metrics.h"
+#include "runtime/runtime.h"
 
 namespace torch_pjrt::graph {
 
@@ -18,6 +19,7 @@ bool PrepareInputs(const std::vector<LazyStorage*>& inputs, const std::vector<El
   bool pending = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     LazyStorage* s = inputs[i];
+    if (s == nullptr) continue;  // a scalar input
     if (s->error()) throw DeviceError(*s->error());
     if (s->has_buffer() && s->buffer()->poison()) throw DeviceError(*s->buffer()->poison());
     if (!s->has_buffer() && !s->has_pending()) s->SetPending(StorageValue(s, dtypes[i]));
@@ -36,7 +38,9 @@ int IndexOf(const std::vector<LazyStorage*>& list, const LazyStorage* s) {
 // Per input: the index of the first input with the same storage (replays must alias alike).
 std::vector<int> InputGroups(const std::vector<LazyStorage*>& inputs) {
   std::vector<int> groups;
-  for (const LazyStorage* s : inputs) groups.push_back(IndexOf(inputs, s));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    groups.push_back(inputs[i] != nullptr ? IndexOf(inputs, inputs[i]) : static_cast<int>(i));
+  }
   return groups;
 }
 
@@ -57,7 +61,7 @@ std::unordered_map<int, int> ParamInputs(const DeviceTrace& trace, const std::ve
   std::unordered_map<int, int> found;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const LazyStorage* s = inputs[i];
-    if (s->param_epoch == trace.epoch && s->param_node != nullptr) {
+    if (s != nullptr && s->param_epoch == trace.epoch && s->param_node != nullptr) {
       found.emplace(s->param_node->index, static_cast<int>(i));
     }
   }
@@ -98,7 +102,40 @@ bool MapOutputs(const std::vector<LazyStorage*>& inputs, const std::vector<LazyS
   return true;
 }
 
+// Takes the scalar inputs out of the trace's writes, so the capture's program does not return
+// them: each still holds its value scalar (else the function wrote it, or returns it, and a replay
+// would have no storage to give it) and now also gets a buffer of its value, for whoever keeps the
+// tensor after the call. Returns why not, or null.
+const char* ReleaseScalarInputs(const std::vector<LazyStorage*>& inputs,
+                                const std::vector<LazyStorage*>& outputs,
+                                const std::vector<ScalarInput>& scalars, const DeviceTrace& trace) {
+  for (const ScalarInput& in : scalars) {
+    LazyStorage* s = inputs[in.input];
+    if (!s->has_pending() || s->pending().node.get() != in.value.node.get()) return "it writes a 0-d CPU input";
+    if (IndexOf(outputs, s) >= 0) return "it returns a 0-d CPU input";
+  }
+  for (const ScalarInput& in : scalars) {
+    LazyStorage* s = inputs[in.input];
+    ForgetDirty(s);
+    const std::string& bytes = trace.slot_bytes[static_cast<size_t>(in.dtype)];
+    s->SetBuffer(runtime::Buffer::FromHost(runtime::GetClient(), s->device(), in.dtype, {},
+                                           bytes.data() + ItemSize(in.dtype) * in.slot));
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+ScalarInput BindScalarInput(int input, LazyStorage* s, ElementType dtype, const void* bytes) {
+  GraphLock lock;
+  ScalarInput in;
+  in.input = input;
+  in.dtype = dtype;
+  in.value = MakeSlot(s->device(), dtype, bytes);
+  in.slot = in.value.node->index;
+  s->SetPending(in.value);
+  return in;
+}
 
 uint64_t BeginCapture(int device, const std::vector<LazyStorage*>& inputs,
                       const std::vector<ElementType>& dtypes) {
@@ -111,7 +148,7 @@ uint64_t BeginCapture(int device, const std::vector<LazyStorage*>& inputs,
 std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,
                                              const std::vector<LazyStorage*>& inputs,
                                              const std::vector<LazyStorage*>& outputs,
-                                             uint64_t rng_seed, uint64_t rng_begin, uint64_t rng_end,
+                                             std::vector<ScalarInput> scalars, uint64_t rng_seed, uint64_t rng_begin, uint64_t rng_end,
                                              CaptureRefusal* refusal) {
   GraphLock lock;
   DeviceTrace& trace = Trace(device);
@@ -122,6 +159,10 @@ std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,
   }
   if (const char* stray = FindStrayWrite(trace, inputs, outputs)) {
     refusal->reason = stray;
+    return nullptr;
+  }
+  if (const char* why = ReleaseScalarInputs(inputs, outputs, scalars, trace)) {
+    refusal->reason = why;
     return nullptr;
   }
   auto g = std::make_shared<CapturedGraph>();
@@ -137,6 +178,8 @@ std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,
   }
   g->slot_bytes = r.slot_bytes;
   g->slot_count = r.slot_count;
+  g->scalar_inputs = std::move(scalars);
+  for (ScalarInput& in : g->scalar_inputs) in.value = Value();  // only the capture compares it
   for (LazyStorage* t : r.targets) g->result_inputs.push_back(IndexOf(inputs, t));
   g->input_groups = InputGroups(inputs);
   g->check_errors = r.check_errors;
@@ -155,6 +198,9 @@ std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,
 bool InputsMatch(const CapturedGraph& g, const std::vector<LazyStorage*>& inputs,
                  const std::vector<ElementType>& dtypes) {
   if (inputs.size() != g.input_groups.size() || InputGroups(inputs) != g.input_groups) return false;
+  for (const ScalarInput& in : g.scalar_inputs) {
+    if (inputs[in.input] != nullptr) return false;
+  }
   GraphLock lock;
   if (PrepareInputs(inputs, dtypes)) SyncDevice(g.device, SyncCause::kCompiledCall);
   if (!g.compiled) return true;
@@ -173,9 +219,20 @@ bool InputsMatch(const CapturedGraph& g, const std::vector<LazyStorage*>& inputs
 
 namespace {
 
-// The value-scalar arrays of one replay: the captured ones with the random draws re-seeded.
-std::vector<std::shared_ptr<runtime::Buffer>> SlotBuffers(const CapturedGraph& g, uint64_t seed, uint64_t offset) {
+// The value-scalar arrays of one replay: the captured ones with the random draws re-seeded and
+// the scalar inputs' values written in.
+std::vector<std::shared_ptr<runtime::Buffer>> SlotBuffers(const CapturedGraph& g,
+                                                          const std::vector<const void*>& scalar_bytes,
+                                                          uint64_t seed, uint64_t offset) {
+  if (g.draws.empty() && g.scalar_inputs.empty()) {
+    if (g.fixed_slots.empty()) g.fixed_slots = UploadValueScalars(g.device, g.slot_bytes, g.slot_count);
+    return g.fixed_slots;
+  }
   std::array<std::string, kNumElementTypes> bytes = g.slot_bytes;
+  for (const ScalarInput& in : g.scalar_inputs) {
+    size_t size = ItemSize(in.dtype);
+    std::memcpy(&bytes[static_cast<size_t>(in.dtype)][size * in.slot], scalar_bytes[in.input], size);
+  }
   std::string& u64 = bytes[static_cast<size_t>(ElementType::kU64)];
   for (size_t d = 0; d < g.draws.size(); ++d) {
     uint64_t draw_offset = offset + g.draw_offsets[d];
@@ -189,6 +246,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> SlotBuffers(const CapturedGraph& g
 
 std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
                                                      const std::vector<LazyStorage*>& inputs,
+                                                     const std::vector<const void*>& scalar_bytes,
                                                      uint64_t rng_seed, uint64_t rng_offset) {
   GraphLock lock;
   Metrics::Increment(Counter::kGraphReplays);
@@ -196,7 +254,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   // Parameters, then the value-scalar arrays (the order LowerTrace declared them in).
   std::vector<std::shared_ptr<runtime::Buffer>> arguments;
   for (const ParamSource& p : g.params) arguments.push_back(p.input >= 0 ? inputs[p.input]->buffer() : p.constant);
-  for (auto& b : SlotBuffers(g, rng_seed, rng_offset)) arguments.push_back(std::move(b));
+  for (auto& b : SlotBuffers(g, scalar_bytes, rng_seed, rng_offset)) arguments.push_back(std::move(b));
   std::vector<PJRT_Buffer*> args;
   args.reserve(arguments.size());
   for (const auto& b : arguments) args.push_back(b->raw());
