@@ -67,14 +67,23 @@ class CapturedGraph:
         self.may_split = may_split
         # signature -> a captured call, a split module, or why neither (then every call traces)
         self._calls: Dict[tuple, Any] = {}
+        # The capture the last call replayed: tried first, without a signature (its replay checks
+        # the tensors' metadata in C++; building the signature in Python cost ~0.35 ms per call
+        # of GPT's 54-input forward).
+        self._last: Optional[_Replayable] = None
 
     def __call__(self, args: List[Any]) -> Any:
         args = list(args)
+        if self._last is not None and self._last.same_constants(args):
+            outputs = self._last.replay(args)
+            if outputs is not None:
+                return outputs
         key = _signature(args)
         entry = self._calls.get(key)
         if isinstance(entry, _Replayable):
             outputs = entry.replay(args)
             if outputs is not None:
+                self._last = entry
                 return outputs
         elif isinstance(entry, torch.nn.Module):
             return entry(*args)
@@ -95,7 +104,7 @@ class CapturedGraph:
         leaves, spec = pytree.tree_flatten(out)
         call, reason = _C._capture_finish(start, tensors, [v for v in leaves if isinstance(v, torch.Tensor)])
         if call is not None:
-            self._calls[key] = _Replayable(call, leaves, spec)
+            self._calls[key] = self._last = _Replayable(call, leaves, spec, args)
             _log(f"captured {self.name}: {call.traced_ops} traced ops, replayed as one execution")
             return out
         fell_back = {op for op, n in fallbacks().items() if n > fallbacks_before.get(op, 0)}
@@ -117,15 +126,22 @@ class CapturedGraph:
 class _Replayable:
     """A captured call plus how to rebuild the graph's output structure around its tensors."""
 
-    def __init__(self, call, leaves: List[Any], spec):
+    def __init__(self, call, leaves: List[Any], spec, args: List[Any]):
         self.call = call
         self.spec = spec
+        # The arguments that are not tensors (the C++ replay checks the tensors), by position.
+        self.arg_constants = [(i, a) for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+        self.num_args = len(args)
         # Per output leaf: its index among the tensor outputs, or -1 and its constant value.
         self.positions, n = [], 0
         for v in leaves:
             self.positions.append(n if isinstance(v, torch.Tensor) else -1)
             n += isinstance(v, torch.Tensor)
         self.constants = [None if isinstance(v, torch.Tensor) else v for v in leaves]
+
+    def same_constants(self, args: List[Any]) -> bool:
+        return len(args) == self.num_args and all(
+            type(args[i]) is type(a) and args[i] == a for i, a in self.arg_constants)
 
     def replay(self, args: List[Any]) -> Any:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]

@@ -105,6 +105,19 @@ std::vector<const void*> ScalarBytes(const std::vector<at::Tensor>& inputs) {
   return out;
 }
 
+bool LookAlike(const std::vector<at::Tensor>& inputs, const std::vector<CapturedCall::InputView>& seen) {
+  if (inputs.size() != seen.size()) return false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
+    const CapturedCall::InputView& v = seen[i];
+    if (t.device() != v.device || t.scalar_type() != v.dtype || t.storage_offset() != v.storage_offset ||
+        t.sizes() != c10::IntArrayRef(v.sizes) || t.strides() != c10::IntArrayRef(v.strides)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 CaptureStart BeginCapture(std::vector<at::Tensor>* inputs) {
@@ -112,6 +125,7 @@ CaptureStart BeginCapture(std::vector<at::Tensor>* inputs) {
   start.device = CommonDevice(*inputs);
   for (const at::Tensor& t : *inputs) {
     if (!IsPjrt(t)) CheckScalarInput(t);
+    start.inputs.push_back({t.device(), t.scalar_type(), t.sizes().vec(), t.strides().vec(), t.storage_offset()});
   }
   start.epoch = graph::BeginCapture(start.device, Storages(*inputs), ElementTypes(*inputs));
   for (size_t i = 0; i < inputs->size(); ++i) {
@@ -143,14 +157,13 @@ std::shared_ptr<CapturedCall> FinishCapture(const CaptureStart& start, const std
   for (const at::Tensor& t : outputs) {
     call->outputs.push_back({t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type()});
   }
+  call->inputs = start.inputs;
   return call;
 }
 
 std::optional<std::vector<at::Tensor>> Replay(const CapturedCall& call, const std::vector<at::Tensor>& inputs) {
   const graph::CapturedGraph& g = *call.graph;
-  for (const at::Tensor& t : inputs) {
-    if (IsPjrt(t) ? t.device().index() != g.device : t.dim() != 0 || !t.device().is_cpu()) return std::nullopt;
-  }
+  if (!LookAlike(inputs, call.inputs)) return std::nullopt;
   UploadPendingFills(inputs);
   std::vector<graph::LazyStorage*> storages = Storages(inputs);
   if (!graph::InputsMatch(g, storages, ElementTypes(inputs))) return std::nullopt;

@@ -23,6 +23,15 @@ struct CapturedCall {
     c10::ScalarType dtype;
   };
   std::vector<OutputView> outputs;
+  // Each argument as the first call saw it: a replay takes only arguments that look the same
+  // (device, dtype, sizes, strides, offset), so callers need no signature of their own.
+  struct InputView {
+    c10::Device device = c10::Device(c10::kCPU);
+    c10::ScalarType dtype;
+    std::vector<int64_t> sizes, strides;
+    int64_t storage_offset = 0;
+  };
+  std::vector<InputView> inputs;
 };
 
 // The first call's bracket: state taken before the function runs.
@@ -31,6 +40,7 @@ struct CaptureStart {
   uint64_t epoch = 0;
   uint64_t rng_seed = 0, rng_offset = 0;
   std::vector<graph::ScalarInput> scalars;  // the 0-d CPU inputs, as value scalars
+  std::vector<CapturedCall::InputView> inputs;  // the arguments as given
 };
 
 // Syncs pending work and gives every input a buffer. Inputs are pjrt tensors on one device and 0-d
@@ -41,8 +51,9 @@ CaptureStart BeginCapture(std::vector<at::Tensor>* inputs);
 // returns the captured call, or null with `reason` saying why it cannot be replayed.
 std::shared_ptr<CapturedCall> FinishCapture(const CaptureStart& start, const std::vector<at::Tensor>& inputs,
                                             const std::vector<at::Tensor>& outputs, std::string* reason);
-// Runs the captured call on new inputs (0-d CPU tensors' values go in its value-scalar arrays); nullopt when they do not
-// match the capture (other shapes, buffer layouts or aliasing: the caller captures again).
+// Runs the captured call on new inputs (0-d CPU tensors' values go in its value-scalar arrays);
+// nullopt when they do not match the capture (other devices, dtypes, shapes, strides, offsets,
+// buffer layouts or aliasing: the caller captures again).
 std::optional<std::vector<at::Tensor>> Replay(const CapturedCall& call, const std::vector<at::Tensor>& inputs);
 
 }  // namespace torch_pjrt::aten
