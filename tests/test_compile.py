@@ -288,3 +288,18 @@ def test_0d_cpu_inputs_are_replayed_as_value_scalars_not_uploads():
         if step >= 2:
             assert c["GraphReplays"] == 1 and c["NodesTraced"] == 0
             assert c["TransfersToDevice"] <= 3, c  # float32, float64 and int64 arrays
+
+
+def test_a_function_that_writes_its_0d_cpu_input_is_refused_and_still_correct():
+    # Not reachable through Dynamo (AOTAutograd keeps CPU mutations in eager CPU partitions), so
+    # through the capture API itself: a replay would have no storage for the written scalar.
+    from torch_pjrt import _C
+
+    x = torch.arange(3.0)
+    start, (dx, da) = _C._capture_begin([x.to("pjrt"), torch.tensor(2.0)])
+    da.add_(1)
+    out = dx * da
+    call, reason = _C._capture_finish(start, [dx, da], [out])
+    assert call is None and reason == "it writes a 0-d CPU input"
+    torch.testing.assert_close(out.cpu(), x * 3.0)
+    torch.testing.assert_close(da.cpu(), torch.tensor(3.0))
