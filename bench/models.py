@@ -1,14 +1,16 @@
 """Real models on pjrt against CPU eager and inductor, in one run: training steps (AdamW) of the
 transformers GPT-2, BERT, Llama and T5, timm ResNet-18, ViT and MobileNetV3 and an LSTM language
 model, and inference of the three vision models. The models are those of tests/test_models.py
-(bench/real_models.py: small configs, random weights, no downloads).
+(bench/real_models.py: small configs, random weights, no downloads). `pjrt-compiled` is
+torch.compile(backend="pjrt") of the whole training step (with AdamW(capturable=True), as the
+README advises) or of the model for inference.
 
     .venv/bin/python bench/models.py                  # writes bench/models_results.md and .json
     .venv/bin/python bench/models.py --only gpt2 resnet18 --skip-inductor --steps 8
 
 Each (model, mode, backend) runs in its own process with an empty pjrt compile cache. Reported:
 steps/s (median over the steps after the first three), the first two steps' times (compiles),
-peak RSS, and for pjrt the executions per step after warm-up and the CPU fallbacks. `inductor`
+peak RSS, and for pjrt (both ways) the executions per step after warm-up and the CPU fallbacks. `inductor`
 is torch.compile(model) on the CPU (the optimizer runs eagerly). Ratios are against CPU eager
 from the same run; machines differ, so compare ratios, not times, across runs.
 """
@@ -27,7 +29,7 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-BACKENDS = ["pjrt", "eager", "inductor"]
+BACKENDS = ["pjrt", "pjrt-compiled", "eager", "inductor"]
 TRAIN = ["gpt2", "bert", "llama", "t5", "vit_tiny", "resnet18", "mobilenetv3", "lstm"]
 INFER = ["resnet18", "mobilenetv3", "vit_tiny"]
 
@@ -50,15 +52,18 @@ def measure(backend, name, mode, steps):
     """Runs in the child process: one JSON line on stdout."""
     import torch
 
-    device = "pjrt" if backend == "pjrt" else "cpu"
+    device = "pjrt" if backend.startswith("pjrt") else "cpu"
+    compiled = backend == "pjrt-compiled"
     torch.manual_seed(0)
     model, batch, loss_fn = builders()[name](device)
     run_model = torch.compile(model) if backend == "inductor" else model
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3) if mode == "train" else None
+    if compiled and mode == "infer":
+        run_model = torch.compile(model, backend="pjrt")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=compiled) if mode == "train" else None
     if mode == "infer":
         model.eval()
 
-    def step():
+    def run_step():
         if opt is None:
             with torch.no_grad():
                 out = run_model(batch[0])
@@ -68,6 +73,8 @@ def measure(backend, name, mode, steps):
         loss.backward()
         opt.step()
         return loss
+
+    step = torch.compile(run_step, backend="pjrt") if compiled and mode == "train" else run_step
 
     times, executions = [], []
     for _ in range(steps):
@@ -91,7 +98,7 @@ def run_child(backend, name, mode, steps):
     on the cache the first one filled gives the first step's time on a persistent-cache hit."""
     with tempfile.TemporaryDirectory() as cache:
         result = _child(backend, name, mode, steps, cache)
-        if backend == "pjrt" and "error" not in result:
+        if backend.startswith("pjrt") and "error" not in result:
             again = _child(backend, name, mode, 4, cache)  # measure() needs 4 steps
             if "first_steps_s" in again:
                 result["cached_first_step_s"] = again["first_steps_s"][0]
@@ -128,7 +135,7 @@ def table(results, args):
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (name, mode) in sorted({(n, m) for n, m, _ in results}, key=lambda k: (k[1] != "train", k[0])):
-        p, e, i = (results.get((name, mode, b)) for b in BACKENDS)
+        p, e, i = (results.get((name, mode, b)) for b in ("pjrt", "eager", "inductor"))
         if p and "error" in p:
             lines.append(f"| {name} | {mode} | error: {p['error'][:80]} |" + " - |" * 11)
             continue
@@ -141,7 +148,34 @@ def table(results, args):
             f"{cell(p, 'cached_first_step_s', '{:.2f}')} | {first(i)} | "
             f"{cell(p, 'executions_per_step', '{:.2f}')} | {cell(p, 'fallbacks', '{}')} | "
             f"{cell(p, 'peak_rss_mb', '{:.0f}')} / {cell(e, 'peak_rss_mb', '{:.0f}')} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + compiled_table(results)) + "\n"
+
+
+def ratio(a, b):
+    return f"{a['steps_per_s'] / b['steps_per_s']:.2f}" if a and b and "steps_per_s" in a and "steps_per_s" in b else "-"
+
+
+def compiled_table(results):
+    """torch.compile(backend="pjrt") against the lazy path, eager and inductor of the same run."""
+    lines = ["", "`torch.compile(backend=\"pjrt\")`: the whole training step (AdamW with `capturable=True`) or "
+             "the model's forward, traced once per graph and then replayed.", "",
+             "| model | mode | compiled steps/s | / lazy pjrt | / eager | / inductor | steps 1, 2 (s) | "
+             "step 1, cached (s) | executions / step | fallbacks | peak RSS (MB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (name, mode) in sorted({(n, m) for n, m, _ in results}, key=lambda k: (k[1] != "train", k[0])):
+        c, p, e, i = (results.get((name, mode, b)) for b in ("pjrt-compiled", "pjrt", "eager", "inductor"))
+        if not c:
+            continue
+        if "error" in c:
+            lines.append(f"| {name} | {mode} | error: {c['error'][:80]} |" + " - |" * 8)
+            continue
+        first = " / ".join(f"{t:.2f}" for t in c["first_steps_s"])
+        lines.append(
+            f"| {name} | {mode} | {cell(c, 'steps_per_s', '{:.1f}')} | {ratio(c, p)} | {ratio(c, e)} | "
+            f"{ratio(c, i)} | {first} | {cell(c, 'cached_first_step_s', '{:.2f}')} | "
+            f"{cell(c, 'executions_per_step', '{:.2f}')} | {cell(c, 'fallbacks', '{}')} | "
+            f"{cell(c, 'peak_rss_mb', '{:.0f}')} |")
+    return lines
 
 
 def main():
