@@ -139,13 +139,10 @@ def table(results, args):
         if p and "error" in p:
             lines.append(f"| {name} | {mode} | error: {p['error'][:80]} |" + " - |" * 11)
             continue
-        ratio_e = f"{p['steps_per_s'] / e['steps_per_s']:.2f}" if p and e and "steps_per_s" in e else "-"
-        ratio_i = f"{p['steps_per_s'] / i['steps_per_s']:.2f}" if p and i and "steps_per_s" in i else "-"
-        first = lambda r: " / ".join(f"{t:.2f}" for t in r["first_steps_s"]) if r and "first_steps_s" in r else "-"
         lines.append(
             f"| {name} | {mode} | {cell(p, 'steps_per_s', '{:.1f}')} | {cell(e, 'steps_per_s', '{:.1f}')} | "
-            f"{cell(i, 'steps_per_s', '{:.1f}')} | {ratio_e} | {ratio_i} | {first(p)} | "
-            f"{cell(p, 'cached_first_step_s', '{:.2f}')} | {first(i)} | "
+            f"{cell(i, 'steps_per_s', '{:.1f}')} | {ratio(p, e)} | {ratio(p, i)} | {first_steps(p)} | "
+            f"{cell(p, 'cached_first_step_s', '{:.2f}')} | {first_steps(i)} | "
             f"{cell(p, 'executions_per_step', '{:.2f}')} | {cell(p, 'fallbacks', '{}')} | "
             f"{cell(p, 'peak_rss_mb', '{:.0f}')} / {cell(e, 'peak_rss_mb', '{:.0f}')} |")
     return "\n".join(lines + compiled_table(results)) + "\n"
@@ -153,6 +150,10 @@ def table(results, args):
 
 def ratio(a, b):
     return f"{a['steps_per_s'] / b['steps_per_s']:.2f}" if a and b and "steps_per_s" in a and "steps_per_s" in b else "-"
+
+
+def first_steps(r):
+    return " / ".join(f"{t:.2f}" for t in r["first_steps_s"]) if r and "first_steps_s" in r else "-"
 
 
 def compiled_table(results):
@@ -169,10 +170,9 @@ def compiled_table(results):
         if "error" in c:
             lines.append(f"| {name} | {mode} | error: {c['error'][:80]} |" + " - |" * 8)
             continue
-        first = " / ".join(f"{t:.2f}" for t in c["first_steps_s"])
         lines.append(
             f"| {name} | {mode} | {cell(c, 'steps_per_s', '{:.1f}')} | {ratio(c, p)} | {ratio(c, e)} | "
-            f"{ratio(c, i)} | {first} | {cell(c, 'cached_first_step_s', '{:.2f}')} | "
+            f"{ratio(c, i)} | {first_steps(c)} | {cell(c, 'cached_first_step_s', '{:.2f}')} | "
             f"{cell(c, 'executions_per_step', '{:.2f}')} | {cell(c, 'fallbacks', '{}')} | "
             f"{cell(c, 'peak_rss_mb', '{:.0f}')} |")
     return lines

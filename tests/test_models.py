@@ -15,32 +15,48 @@ import real_models
 STEPS = 3
 
 
-def train(model, batch, loss_fn, steps=STEPS):
+def train(model, batch, loss_fn, steps=STEPS, compile=False, traced=None):
+    """The losses of `steps` SGD steps; with `compile`, the whole step under
+    torch.compile(backend="pjrt"). `traced` collects the ops each step traced (replays trace none;
+    autograd's implicit ones_like(loss) is traced outside the graphs)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    losses = []
-    for _ in range(steps):
+
+    def step():
         opt.zero_grad()
         loss = loss_fn(model, *batch)
         loss.backward()
         opt.step()
-        losses.append(loss.item())
+        return loss
+
+    if compile:
+        step = torch.compile(step, backend="pjrt")
+    losses = []
+    for _ in range(steps):
+        before = torch.pjrt.metrics.counter("NodesTraced")
+        losses.append(step().item())
+        if traced is not None:
+            traced.append(torch.pjrt.metrics.counter("NodesTraced") - before)
     return losses
 
 
-def compare(builder, rtol=2e-4, atol=2e-5):
+def compare(builder, rtol=2e-4, atol=2e-5, compile=False):
+    """Trains on CPU and on pjrt (`compile`: under torch.compile) and checks losses, weights and
+    that nothing fell back; returns the ops each pjrt step traced."""
     torch.manual_seed(0)
     cpu_model, cpu_batch, loss_fn = builder("cpu")
     dev_model = copy.deepcopy(cpu_model).to("pjrt")
     dev_batch = tuple(t.to("pjrt") for t in cpu_batch)
     want = train(cpu_model, cpu_batch, loss_fn)
     torch.pjrt.metrics.reset()
-    got = train(dev_model, dev_batch, loss_fn)
+    traced = []
+    got = train(dev_model, dev_batch, loss_fn, compile=compile, traced=traced)
     fallbacks = torch.pjrt.metrics.fallbacks()
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=rtol, atol=atol)
     for (name, p_cpu), p_dev in zip(cpu_model.named_parameters(), dev_model.parameters()):
         torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), rtol=rtol, atol=atol,
                                    msg=lambda m, name=name: f"{name}: {m}")
     assert fallbacks == {}, f"CPU fallbacks in a training step: {fallbacks}"
+    return traced
 
 
 @pytest.mark.parametrize("name", sorted(real_models.TEXT_MODELS))
@@ -65,26 +81,6 @@ def test_lstm_language_model_trains_natively():
     compare(real_models.lstm)
 
 
-def compiled_train(model, batch, loss_fn, steps=STEPS):
-    """`train` with the whole step under torch.compile(backend="pjrt"); also the ops traced per
-    step (replays trace none; autograd's implicit ones_like(loss) is traced outside the graphs)."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-    def step():
-        opt.zero_grad()
-        loss = loss_fn(model, *batch)
-        loss.backward()
-        opt.step()
-        return loss
-
-    step = torch.compile(step, backend="pjrt")
-    losses, traced = [], []
-    for _ in range(steps):
-        before = torch.pjrt.metrics.counter("NodesTraced")
-        losses.append(step().item())
-        traced.append(torch.pjrt.metrics.counter("NodesTraced") - before)
-    return losses, traced
-
 
 @pytest.mark.parametrize("name", ["llama", "lstm"])
 def test_compiled_training_step_matches_cpu_and_replays(name):
@@ -92,28 +88,15 @@ def test_compiled_training_step_matches_cpu_and_replays(name):
         pytest.importorskip("transformers")
     import torch._dynamo
 
-    builder = real_models.lstm if name == "lstm" else real_models.TEXT_MODELS[name]
-    torch.manual_seed(0)
-    cpu_model, cpu_batch, loss_fn = builder("cpu")
-    dev_model = copy.deepcopy(cpu_model).to("pjrt")
-    dev_batch = tuple(t.to("pjrt") for t in cpu_batch)
-    want = train(cpu_model, cpu_batch, loss_fn)
     torch._dynamo.reset()
-    torch.pjrt.metrics.reset()
     try:
-        got, traced = compiled_train(dev_model, dev_batch, loss_fn)
+        traced = compare(real_models.lstm if name == "lstm" else real_models.TEXT_MODELS[name], compile=True)
     finally:
         torch._dynamo.reset()
-    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=2e-4, atol=2e-5)
-    for (pname, p_cpu), p_dev in zip(cpu_model.named_parameters(), dev_model.parameters()):
-        torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), rtol=2e-4, atol=2e-5,
-                                   msg=lambda m, pname=pname: f"{pname}: {m}")
-    assert torch.pjrt.metrics.fallbacks() == {}
     if name == "lstm":  # Dynamo runs nn.LSTM eagerly ("does not support RNN, GRU, or LSTM"):
         assert min(traced) > 100, traced  # it is traced lazily on every step, as inductor runs it eagerly
     else:
         assert traced[0] > 100 and max(traced[2:]) <= 3, traced  # the third step only replays
-
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
 def test_gpt_example_loss_curve_matches_cpu(compiled):
