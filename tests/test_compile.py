@@ -152,6 +152,28 @@ def test_input_mutation_and_aliased_outputs_behave_as_eager():
     assert got[2]._base is yp or got[2].untyped_storage().data_ptr() == yp.untyped_storage().data_ptr()
 
 
+def test_replays_donate_overwritten_inputs_unless_something_else_reads_them():
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    compiled = torch.compile(f, backend="pjrt")
+    x = torch.zeros(1000, device="pjrt")
+    compiled(x)  # capture
+    for step in range(2, 4):
+        donated = metrics.counter("DonatedBuffers")
+        out = compiled(x)
+        assert metrics.counter("DonatedBuffers") == donated + 1  # x's old buffer became its new one
+        torch.testing.assert_close(out.cpu(), torch.full((1000,), 2.0 * step))
+    # A pending (not yet executed) trace reads x's current buffer: the replay must leave it alone.
+    reader = x * 3
+    donated = metrics.counter("DonatedBuffers")
+    compiled(x)
+    assert metrics.counter("DonatedBuffers") == donated
+    torch.testing.assert_close(reader.cpu(), torch.full((1000,), 9.0))
+    torch.testing.assert_close(x.cpu(), torch.full((1000,), 4.0))
+
+
 def test_ops_without_lowering_split_the_graph_into_captured_parts():
     def f(x):
         y = torch.sin(x) @ x

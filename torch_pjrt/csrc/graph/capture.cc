@@ -170,8 +170,12 @@ std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,
   g->traced_ops = trace.op_nodes;
   std::unordered_map<int, int> param_inputs = ParamInputs(trace, inputs);
   LaunchRecord r;
+  for (LazyStorage* s : inputs) {
+    if (s != nullptr) r.aliasable.push_back(s);
+  }
   SyncDevice(device, SyncCause::kCompiledCall, &r);
   g->compiled = r.compiled;
+  g->aliases = r.aliases;
   for (size_t k = 0; k < r.params.size(); ++k) {
     auto it = param_inputs.find(static_cast<int>(k));
     g->params.push_back(it != param_inputs.end() ? ParamSource{it->second, nullptr} : ParamSource{-1, r.params[k]});
@@ -251,6 +255,18 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   GraphLock lock;
   Metrics::Increment(Counter::kGraphReplays);
   if (!g.compiled) return {};
+  // Overwritten inputs give their buffers to their new values unless something else holds them
+  // (another storage, a captured constant): asked before `arguments` below holds them too.
+  std::vector<runtime::Buffer*> donated;
+  std::vector<int64_t> kept;
+  for (const auto& [param, result] : g.aliases) {
+    const std::shared_ptr<runtime::Buffer>& b = inputs[g.params[param].input]->buffer();
+    if (SoleHolders(b, 1)) {
+      donated.push_back(b.get());
+    } else {
+      kept.push_back(param);
+    }
+  }
   // Parameters, then the value-scalar arrays (the order LowerTrace declared them in).
   std::vector<std::shared_ptr<runtime::Buffer>> arguments;
   for (const ParamSource& p : g.params) arguments.push_back(p.input >= 0 ? inputs[p.input]->buffer() : p.constant);
@@ -262,9 +278,10 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
-    results = g.compiled->executable->Execute(args, g.device, {}, std::move(arguments));
+    results = g.compiled->executable->Execute(args, g.device, donated, std::move(arguments), kept);
   }
   Metrics::Increment(Counter::kExecutions);
+  Metrics::Increment(Counter::kDonatedBuffers, static_cast<int64_t>(donated.size()));
   // Earlier graphs' index checks are not waited for (that would stall the host until they ran):
   // results computed from what they guard are guarded too.
   PropagateIndexChecks(g.device, read, results);

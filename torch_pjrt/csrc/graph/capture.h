@@ -47,12 +47,15 @@ struct CapturedGraph {
   std::array<int32_t, kNumElementTypes> slot_count{};
   std::vector<ScalarInput> scalar_inputs;
   // The uploaded value-scalar arrays, when no replay changes them (no draws, no scalar inputs):
-  // made by the first replay, read-only to the program (replays donate nothing).
+  // made by the first replay, never aliased to a result.
   mutable std::vector<std::shared_ptr<runtime::Buffer>> fixed_slots;
   std::vector<RandomDraw> draws;
   std::vector<uint64_t> draw_offsets;  // each draw's offset minus the generator's at capture
   uint64_t rng_increment = 0;          // how far one call advances the generator
   std::vector<int> result_inputs;      // per result: the input it overwrites, or -1
+  // (parameter, result) pairs the program may write in place: an overwritten input's buffer,
+  // donated by a replay when its storage is all that holds it, else copied by PJRT.
+  std::vector<std::pair<int, int>> aliases;
   std::vector<OutputSource> outputs;
   std::vector<int> input_groups;  // per input: the first input sharing its storage
   std::vector<CheckError> check_errors;

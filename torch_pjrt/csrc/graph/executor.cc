@@ -377,6 +377,10 @@ std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
   return buffers;
 }
 
+bool SoleHolders(const std::shared_ptr<runtime::Buffer>& buffer, long holders) {
+  return buffer.use_count() - buffer->inflight_reads() == holders;
+}
+
 namespace {
 
 // What one sync computes: the storages written since the last sync and their new values, plus
@@ -385,7 +389,9 @@ struct PendingGraph {
   std::vector<LazyStorage*> targets;
   std::vector<Value> outputs;
   bool has_checks = false;
-  std::vector<std::pair<int, int>> donations;  // (parameter, output)
+  // (parameter, output) pairs compiled as aliases; the launch donates those whose buffer nothing
+  // else holds.
+  std::vector<std::pair<int, int>> donations;
 };
 
 PendingGraph CollectTargets(const DeviceTrace& trace) {
@@ -442,19 +448,37 @@ void DropTargetsReadingPoison(PendingGraph* g) {
 // buffer (if nothing else holds it) becomes the new value's memory. Updates in place keep a
 // parameter at one address across steps, which also lets the plugin's matmul libraries reuse
 // their packed copies of weights (docs/design.md has the measurements).
+// The parameter holding target `o`'s old buffer when the program can write the new value over it
+// (the trace read that buffer, of the same type), else null.
+const Node* OverwrittenParam(const DeviceTrace& trace, const PendingGraph& g, size_t o) {
+  const LazyStorage* s = g.targets[o];
+  const Node* param = s->param_node;
+  if (s->param_epoch != trace.epoch || param == nullptr) return nullptr;
+  return param->out0 == g.outputs[o].type() ? param : nullptr;
+}
+
 std::vector<std::pair<int, int>> Donations(const DeviceTrace& trace, const PendingGraph& g) {
   std::vector<std::pair<int, int>> donations;
   for (size_t o = 0; o < g.targets.size(); ++o) {
-    const LazyStorage* s = g.targets[o];
-    const Node* param = s->param_node;
-    if (s->param_epoch != trace.epoch || param == nullptr) continue;
-    // Donatable when nothing but this storage holds the buffer; references kept by running
-    // executions that read it do not count (runtime::Buffer::inflight_reads).
-    if (param->buffer.use_count() - param->buffer->inflight_reads() != 1) continue;
-    if (!(param->out0 == g.outputs[o].type())) continue;
-    donations.push_back({param->index, static_cast<int>(o)});
+    const Node* param = OverwrittenParam(trace, g, o);
+    // Donatable when the parameter node is all that holds the buffer (the storage now holds
+    // its pending value).
+    if (param != nullptr && SoleHolders(param->buffer, 1)) donations.push_back({param->index, static_cast<int>(o)});
   }
   return donations;
+}
+
+// A capture's aliases: the record's aliasable storages among the targets, whoever holds their
+// buffers now (launches decide that per call, see LaunchRecord).
+std::vector<std::pair<int, int>> CaptureAliases(const DeviceTrace& trace, const PendingGraph& g,
+                                                const LaunchRecord& record) {
+  std::vector<std::pair<int, int>> aliases;
+  for (size_t o = 0; o < g.targets.size(); ++o) {
+    const Node* param = OverwrittenParam(trace, g, o);
+    bool aliasable = std::find(record.aliasable.begin(), record.aliasable.end(), g.targets[o]) != record.aliasable.end();
+    if (param != nullptr && aliasable) aliases.push_back({param->index, static_cast<int>(o)});
+  }
+  return aliases;
 }
 
 // The graph's identity: output node hashes (which cover every op, attribute and input type
@@ -557,7 +581,6 @@ std::vector<PJRT_Buffer*> Arguments(int device, const DeviceTrace& trace, const 
 // the index checks are left to be read at the next sync point.
 void Publish(int device, const DeviceTrace& trace, const PendingGraph& g, const CompiledGraph& compiled,
              std::vector<std::shared_ptr<runtime::Buffer>> results) {
-  for (size_t i = 0; i < g.donations.size(); ++i) Metrics::Increment(Counter::kDonatedBuffers);
   if (g.has_checks) {
     std::vector<CheckError> errors;
     for (const IndexCheck& c : trace.checks) errors.push_back(c.error);
@@ -575,6 +598,7 @@ void Describe(const DeviceTrace& trace, const PendingGraph& g, std::shared_ptr<C
   record->slot_count = trace.slot_count;
   record->draws = trace.draws;
   record->targets = g.targets;
+  record->aliases = g.donations;
   for (const IndexCheck& c : trace.checks) record->check_errors.push_back(c.error);
 }
 
@@ -585,7 +609,7 @@ void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGrap
     g.outputs.push_back(PackIndexChecks(device, trace.checks));
     g.has_checks = true;
   }
-  if (record == nullptr) g.donations = Donations(trace, g);
+  g.donations = record == nullptr ? Donations(trace, g) : CaptureAliases(trace, g, *record);
   uint64_t key = GraphKey(trace, g);
   CompileCache& cache = CompileCache::Get();
   std::shared_ptr<CompiledGraph> compiled = cache.Find(key);
@@ -598,14 +622,24 @@ void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGrap
   std::vector<std::shared_ptr<runtime::Buffer>> keep_alive;
   std::vector<PJRT_Buffer*> args = Arguments(device, trace, *compiled, &keep_alive);
   std::vector<runtime::Buffer*> donated;
-  for (const auto& [p, o] : g.donations) donated.push_back(trace.params[p]->buffer.get());
+  std::vector<int64_t> kept;  // aliased parameters whose buffers others hold (a capture's inputs)
+  for (const auto& [p, o] : g.donations) {
+    const std::shared_ptr<runtime::Buffer>& b = trace.params[p]->buffer;
+    // The parameter node holds it (its storage holds the pending new value); nothing else may.
+    if (SoleHolders(b, 1)) {
+      donated.push_back(b.get());
+    } else {
+      kept.push_back(p);
+    }
+  }
   for (const NodeRef& p : trace.params) keep_alive.push_back(p->buffer);
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
-    results = compiled->executable->Execute(args, device, donated, std::move(keep_alive));
+    results = compiled->executable->Execute(args, device, donated, std::move(keep_alive), kept);
   }
   Metrics::Increment(Counter::kExecutions);
+  Metrics::Increment(Counter::kDonatedBuffers, static_cast<int64_t>(donated.size()));
   if (record != nullptr) Describe(trace, g, compiled, record);
   Publish(device, trace, g, *compiled, std::move(results));
 }

@@ -39,7 +39,17 @@ struct LaunchRecord {
   std::vector<RandomDraw> draws;
   std::vector<LazyStorage*> targets;  // written storages, in result order (valid until unlocked)
   std::vector<CheckError> check_errors;  // what the index checks raise (last result packs them)
+  // Set by the caller: storages (a capture's inputs) whose old buffer the program may take for
+  // their new value. Each such (parameter, result) pair is compiled as an alias whether or not
+  // this launch can give the buffer up (others may hold it), so the replays, which often can,
+  // share the program; `aliases` lists the pairs.
+  std::vector<const LazyStorage*> aliasable;
+  std::vector<std::pair<int, int>> aliases;
 };
+
+// Whether `holders` references are all there are to `buffer`, not counting running executions
+// that read it: then an execution may take its memory (PJRT orders it after those readers).
+bool SoleHolders(const std::shared_ptr<runtime::Buffer>& buffer, long holders);
 
 // The packed value scalars as device arrays, one per dtype that has any: a program's last
 // arguments, after its parameters.
@@ -48,8 +58,8 @@ std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
     const std::array<int32_t, kNumElementTypes>& count);
 
 // Materializes every storage written on `device` since its last sync, in one execution.
-// Does not wait for the execution to finish. With `record`, no parameter is donated (a capture
-// replays the program with buffers that others may hold) and the launch is described there.
+// Does not wait for the execution to finish. With `record`, only `record->aliasable` storages'
+// buffers are donated (when nothing else holds them) and the launch is described there.
 void SyncDevice(int device, SyncCause cause, LaunchRecord* record = nullptr);
 void SyncAllDevices(SyncCause cause);
 // The StableHLO the next sync of `device` would compile, without compiling or running it ("" when

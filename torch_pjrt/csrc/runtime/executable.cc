@@ -244,7 +244,8 @@ PJRT_LoadedExecutable_Execute_Args Executable::ExecuteArgs(PJRT_ExecuteOptions* 
 
 std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_Buffer*>& args, int device,
                                                          const std::vector<Buffer*>& donated,
-                                                         std::vector<std::shared_ptr<Buffer>> keep_alive) const {
+                                                         std::vector<std::shared_ptr<Buffer>> keep_alive,
+                                                         const std::vector<int64_t>& non_donatable) const {
   const Plugin& plugin = client_->plugin();
   std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
   PJRT_Buffer* const* arg_list = args.data();
@@ -252,6 +253,8 @@ std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_
   PJRT_Event* complete = nullptr;
   PJRT_ExecuteOptions options;
   auto exec = ExecuteArgs(&options);
+  options.non_donatable_input_indices = non_donatable.data();
+  options.num_non_donatable_input_indices = non_donatable.size();
   exec.argument_lists = &arg_list;
   exec.num_devices = 1;
   exec.num_args = args.size();

@@ -39,10 +39,12 @@ class Executable {
   // `donated` (their Buffers) are marked donated once the launch succeeded, before the outputs are
   // counted, so memory statistics never count a donated input and its output at once.
   // `keep_alive` (the argument buffers) is held until the execution finished: dropping the last
-  // reference to an argument earlier would block the host until then.
+  // reference to an argument earlier would block the host until then. `non_donatable`: aliased
+  // inputs (argument indices) that others still hold; PJRT copies them instead of consuming them.
   std::vector<std::shared_ptr<Buffer>> Execute(const std::vector<PJRT_Buffer*>& args, int device,
                                                const std::vector<Buffer*>& donated = {},
-                                               std::vector<std::shared_ptr<Buffer>> keep_alive = {}) const;
+                                               std::vector<std::shared_ptr<Buffer>> keep_alive = {},
+                                               const std::vector<int64_t>& non_donatable = {}) const;
   // Runs a replicated program on all its replicas at once, when this process addresses every
   // device of its assignment (one process with several CPU devices): args[r] are replica r's.
   // Waits for the results. Lets tests run the collectives' programs without a multi-process job.
