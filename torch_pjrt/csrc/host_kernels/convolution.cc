@@ -20,6 +20,34 @@ ConvArgs ReadConvArgs(const XLA_FFI_CallFrame* frame) {
                   runtime::FfiIntAttr(frame, "transposed", 0) != 0, runtime::FfiIntAttr(frame, "groups", 1)};
 }
 
+int64_t Numel(const XLA_FFI_Buffer* b, int first_dim = 0) {
+  int64_t n = 1;
+  for (int64_t d = first_dim; d < b->rank; ++d) n *= b->dims[d];
+  return n;
+}
+
+// Multiply-adds x2 of a convolution: every weight element meets every batch element at every
+// spatial position of the output (of the input, for a transposed one).
+int64_t ConvFlops(const XLA_FFI_Buffer* x, const XLA_FFI_Buffer* w, const XLA_FFI_Buffer* y, bool transposed) {
+  const XLA_FFI_Buffer* spatial = transposed ? x : y;
+  return 2 * x->dims[0] * Numel(spatial, 2) * Numel(w);
+}
+
+const XLA_FFI_Buffer* ArgBuffer(const XLA_FFI_CallFrame* frame, int i) {
+  return static_cast<const XLA_FFI_Buffer*>(frame->args.args[i]);
+}
+
+int64_t ForwardFlops(const XLA_FFI_CallFrame* frame) {
+  return ConvFlops(ArgBuffer(frame, 0), ArgBuffer(frame, 1), static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[0]),
+                   runtime::FfiIntAttr(frame, "transposed", 0) != 0);
+}
+
+// Both gradients: about twice the forward's work.
+int64_t BackwardFlops(const XLA_FFI_CallFrame* frame) {
+  return 2 * ConvFlops(ArgBuffer(frame, 1), ArgBuffer(frame, 2), ArgBuffer(frame, 0),
+                       runtime::FfiIntAttr(frame, "transposed", 0) != 0);
+}
+
 // torch_pjrt_conv(x, w) -> y, without bias (the program adds it).
 XLA_FFI_Error* Convolution(XLA_FFI_CallFrame* frame) {
   return RunHandler(frame, "torch_pjrt_conv", [frame] {
@@ -27,7 +55,7 @@ XLA_FFI_Error* Convolution(XLA_FFI_CallFrame* frame) {
     at::Tensor y = at::convolution(Arg(frame, 0), Arg(frame, 1), std::nullopt, a.stride, a.padding, a.dilation,
                                    a.transposed, a.output_padding, a.groups);
     Ret(frame, 0).copy_(y);
-  });
+  }, ForwardFlops);
 }
 
 // torch_pjrt_conv_backward(grad_y, x, w) -> (grad_x, grad_w); the results not asked for by the
@@ -42,7 +70,7 @@ XLA_FFI_Error* ConvolutionBackward(XLA_FFI_CallFrame* frame) {
                                  a.dilation, a.transposed, a.output_padding, a.groups, mask);
     if (mask[0]) Ret(frame, 0).copy_(grad_x);
     if (mask[1]) Ret(frame, 1).copy_(grad_w);
-  });
+  }, BackwardFlops);
 }
 
 const bool registered = (runtime::AddFfiHandler("torch_pjrt_conv", Convolution),

@@ -1,6 +1,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <dlfcn.h>
+
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -37,6 +39,43 @@ at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i) {
 
 namespace {
 
+// OpenMP's team size for the calling thread (a per-thread setting), through the libgomp torch
+// loaded: no link-time dependency on it. A no-op where torch was built without it.
+void SetTeamSize(int n) {
+  static auto* set = [] {
+    void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return gomp ? reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads")) : nullptr;
+  }();
+  if (set != nullptr) set(n);
+}
+
+// Kernels below this much arithmetic run inline on the XLA worker that calls them, on one core:
+// on the 2-core machine a hand-off to the kernel thread and a wake-up of its OpenMP team cost more
+// than splitting such a kernel saves, and the team's spinning took the core XLA's other worker
+// needed for the fusions around it. MobileNetV3-small (53 convolutions, all < 2.4 MFLOP at 64x64)
+// inference went from 12.2 to 8.1-9.8 ms per step, training from 41-54 to 25-36 ms; ResNet-18's
+// (~38 MFLOP convolutions) did not move (docs/design.md, "Host kernels").
+constexpr int64_t kSerialKernelFlops = 4'000'000;
+
+// Runs `kernel`, returning its exception's message ("" when it succeeded).
+std::string RunGuarded(const std::function<void()>& kernel) {
+  try {
+    kernel();
+  } catch (const std::exception& e) {
+    std::string error = e.what();
+    return error.empty() ? "unknown error" : error;
+  }
+  return "";
+}
+
+// Runs `kernel` on the calling (XLA worker) thread, its OpenMP team limited to that thread.
+std::string RunInline(const std::function<void()>& kernel) {
+  thread_local bool serial = (SetTeamSize(1), true);
+  (void)serial;
+  c10::InferenceMode inference;
+  return RunGuarded(kernel);
+}
+
 struct Job {
   const std::function<void()>* kernel;
   std::string error;
@@ -68,12 +107,7 @@ class KernelThread {
       Job* job = queue_.front();
       queue_.pop_front();
       lock.unlock();
-      try {
-        (*job->kernel)();
-      } catch (const std::exception& e) {
-        job->error = e.what();
-        if (job->error.empty()) job->error = "unknown error";
-      }
+      job->error = RunGuarded(*job->kernel);
       lock.lock();
       job->done = true;
       done_.notify_all();
@@ -93,9 +127,11 @@ std::string RunOnKernelThread(const std::function<void()>& kernel) {
   return thread->Run(kernel);
 }
 
-XLA_FFI_Error* RunHandler(XLA_FFI_CallFrame* frame, const char* target, const std::function<void()>& kernel) {
+XLA_FFI_Error* RunHandler(XLA_FFI_CallFrame* frame, const char* target, const std::function<void()>& kernel,
+                          int64_t (*flops)(const XLA_FFI_CallFrame*)) {
   if (runtime::IsMetadataQuery(frame) || !runtime::IsExecution(frame)) return nullptr;
-  std::string error = RunOnKernelThread(kernel);
+  bool small = flops != nullptr && flops(frame) < kSerialKernelFlops;
+  std::string error = small ? RunInline(kernel) : RunOnKernelThread(kernel);
   return error.empty() ? nullptr : runtime::FfiError(frame, std::string(target) + ": " + error);
 }
 

@@ -31,8 +31,11 @@ at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i);
 std::string RunOnKernelThread(const std::function<void()>& kernel);
 
 // Every handler's body: answers the runtime's metadata query, ignores the stages before
-// execution, runs `kernel` on the kernel thread and turns its exception into an FFI error that
-// names `target`.
-XLA_FFI_Error* RunHandler(XLA_FFI_CallFrame* frame, const char* target, const std::function<void()>& kernel);
+// execution, runs `kernel` and turns its exception into an FFI error that names `target`.
+// `flops` (when given) estimates the kernel's arithmetic from the frame: a small kernel runs
+// inline on the calling XLA worker with OpenMP limited to that thread (no team to compete),
+// any other on the kernel thread.
+XLA_FFI_Error* RunHandler(XLA_FFI_CallFrame* frame, const char* target, const std::function<void()>& kernel,
+                          int64_t (*flops)(const XLA_FFI_CallFrame*) = nullptr);
 
 }  // namespace torch_pjrt::host_kernels
