@@ -82,19 +82,21 @@ def test_lstm_language_model_trains_natively():
 
 
 
-@pytest.mark.parametrize("name", ["llama", "lstm"])
+@pytest.mark.parametrize("name", ["llama", "lstm", "lstm_allow_rnn"])
 def test_compiled_training_step_matches_cpu_and_replays(name):
-    if name != "lstm":
+    if name == "llama":
         pytest.importorskip("transformers")
     import torch._dynamo
 
     torch._dynamo.reset()
     try:
-        traced = compare(real_models.lstm if name == "lstm" else real_models.TEXT_MODELS[name], compile=True)
+        # Dynamo runs RNN modules eagerly unless its global `allow_rnn` is set (README).
+        with torch._dynamo.config.patch(allow_rnn=name == "lstm_allow_rnn"):
+            traced = compare(real_models.TEXT_MODELS[name] if name == "llama" else real_models.lstm, compile=True)
     finally:
         torch._dynamo.reset()
-    if name == "lstm":  # Dynamo runs nn.LSTM eagerly ("does not support RNN, GRU, or LSTM"):
-        assert min(traced) > 100, traced  # it is traced lazily on every step, as inductor runs it eagerly
+    if name == "lstm":  # "does not support RNN, GRU, or LSTM": nn.LSTM runs outside the graphs,
+        assert min(traced) > 100, traced  # traced lazily on every step, as inductor runs it eagerly
     else:
         assert traced[0] > 100 and max(traced[2:]) <= 3, traced  # the third step only replays
 
