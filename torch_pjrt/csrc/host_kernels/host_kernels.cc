@@ -54,7 +54,9 @@ void SetTeamSize(int n) {
 // than splitting such a kernel saves, and the team's spinning took the core XLA's other worker
 // needed for the fusions around it. MobileNetV3-small (53 convolutions, all < 2.4 MFLOP at 64x64)
 // inference went from 12.2 to 8.1-9.8 ms per step, training from 41-54 to 25-36 ms; ResNet-18's
-// (~38 MFLOP convolutions) did not move (docs/design.md, "Host kernels").
+// (~38 MFLOP convolutions) did not move (docs/design.md, "Host kernels"). Only convolutions give
+// an estimate: max pooling is memory-bound (a 2x2 pool of [64, 32, 32, 32] is 2 MFLOP over 8 MB),
+// and inline it took bench/run.py's small CNN from ~3100 to ~2000 images/s.
 constexpr int64_t kSerialKernelFlops = 4'000'000;
 
 // Runs `kernel`, returning its exception's message ("" when it succeeded).

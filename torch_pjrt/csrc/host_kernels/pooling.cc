@@ -22,29 +22,13 @@ PoolArgs ReadPoolArgs(const XLA_FFI_CallFrame* frame) {
                   runtime::FfiIntAttr(frame, "ceil_mode", 0) != 0};
 }
 
-// Comparisons: one per window tap of every output element.
-int64_t PoolFlops(const XLA_FFI_CallFrame* frame, const XLA_FFI_Buffer* y) {
-  int64_t n = 1;
-  for (int64_t d = 0; d < y->rank; ++d) n *= y->dims[d];
-  for (int64_t k : runtime::FfiIntArrayAttr(frame, "kernel")) n *= k;
-  return n;
-}
-
-int64_t ForwardFlops(const XLA_FFI_CallFrame* frame) {
-  return PoolFlops(frame, static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[0]));
-}
-
-int64_t BackwardFlops(const XLA_FFI_CallFrame* frame) {
-  return PoolFlops(frame, static_cast<const XLA_FFI_Buffer*>(frame->args.args[0]));  // grad_y
-}
-
 XLA_FFI_Error* MaxPool2d(XLA_FFI_CallFrame* frame) {
   return RunHandler(frame, "torch_pjrt_max_pool2d", [frame] {
     PoolArgs a = ReadPoolArgs(frame);
     at::Tensor y = Ret(frame, 0), indices = Ret(frame, 1);
     at::max_pool2d_with_indices_out(y, indices, Arg(frame, 0), a.kernel, a.stride, a.padding, a.dilation,
                                     a.ceil_mode);
-  }, ForwardFlops);
+  });
 }
 
 XLA_FFI_Error* MaxPool2dBackward(XLA_FFI_CallFrame* frame) {
@@ -53,7 +37,7 @@ XLA_FFI_Error* MaxPool2dBackward(XLA_FFI_CallFrame* frame) {
     at::Tensor grad_x = Ret(frame, 0);
     at::max_pool2d_with_indices_backward_out(grad_x, Arg(frame, 0), Arg(frame, 1), a.kernel, a.stride, a.padding,
                                              a.dilation, a.ceil_mode, Arg(frame, 2));
-  }, BackwardFlops);
+  });
 }
 
 const bool registered = (runtime::AddFfiHandler("torch_pjrt_max_pool2d", MaxPool2d),
