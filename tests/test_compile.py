@@ -101,19 +101,23 @@ def test_whole_training_step_with_optimizer_matches_cpu():
     step = torch.compile(train_step, backend="pjrt")
     x, y = torch.randn(8, 16), torch.randn(8, 4)
     start = metrics.dynamo().get("partitions", 0)
-    traced = []
+    traced, donated = [], []
     for _ in range(4):
         before = counts()
+        donated_before = metrics.counter("DonatedBuffers")
         want = train_step(model, opt, x, y)
         got = step(device_model, device_opt, x.to("pjrt"), y.to("pjrt"))
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
         traced.append(delta(before, counts(), "NodesTraced"))
+        donated.append(metrics.counter("DonatedBuffers") - donated_before)
     for p, q in zip(model.parameters(), device_model.parameters()):
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-5, atol=1e-6)
     # The optimizer graph mixes CPU step counts with pjrt updates: its pjrt part is captured.
     assert metrics.dynamo().get("partitions", 0) > start
     # Steady steps trace only the implicit ones_like of loss.backward() (outside the graphs).
     assert traced[0] > 50 and max(traced[2:]) <= 3, traced
+    # The optimizer's replays update the 4 parameters and their 8 moments in place.
+    assert min(donated[2:]) >= 12, donated
 
 
 def test_random_ops_follow_the_lazy_stream_and_draw_fresh_numbers():
