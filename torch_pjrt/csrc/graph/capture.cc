@@ -256,17 +256,10 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   Metrics::Increment(Counter::kGraphReplays);
   if (!g.compiled) return {};
   // Overwritten inputs give their buffers to their new values unless something else holds them
-  // (another storage, a captured constant): asked before `arguments` below holds them too.
-  std::vector<runtime::Buffer*> donated;
-  std::vector<int64_t> kept;
-  for (const auto& [param, result] : g.aliases) {
-    const std::shared_ptr<runtime::Buffer>& b = inputs[g.params[param].input]->buffer();
-    if (SoleHolders(b, 1)) {
-      donated.push_back(b.get());
-    } else {
-      kept.push_back(param);
-    }
-  }
+  // besides their storage (a pending trace, a captured constant): asked before `arguments` below
+  // holds them too.
+  LaunchDonations d;
+  for (const auto& [param, result] : g.aliases) d.Add(param, inputs[g.params[param].input]->buffer());
   // Parameters, then the value-scalar arrays (the order LowerTrace declared them in).
   std::vector<std::shared_ptr<runtime::Buffer>> arguments;
   for (const ParamSource& p : g.params) arguments.push_back(p.input >= 0 ? inputs[p.input]->buffer() : p.constant);
@@ -278,10 +271,10 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
-    results = g.compiled->executable->Execute(args, g.device, donated, std::move(arguments), kept);
+    results = g.compiled->executable->Execute(args, g.device, d.donated, std::move(arguments), d.kept);
   }
   Metrics::Increment(Counter::kExecutions);
-  Metrics::Increment(Counter::kDonatedBuffers, static_cast<int64_t>(donated.size()));
+  Metrics::Increment(Counter::kDonatedBuffers, static_cast<int64_t>(d.donated.size()));
   // Earlier graphs' index checks are not waited for (that would stall the host until they ran):
   // results computed from what they guard are guarded too.
   PropagateIndexChecks(g.device, read, results);

@@ -621,25 +621,18 @@ void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGrap
   }
   std::vector<std::shared_ptr<runtime::Buffer>> keep_alive;
   std::vector<PJRT_Buffer*> args = Arguments(device, trace, *compiled, &keep_alive);
-  std::vector<runtime::Buffer*> donated;
-  std::vector<int64_t> kept;  // aliased parameters whose buffers others hold (a capture's inputs)
-  for (const auto& [p, o] : g.donations) {
-    const std::shared_ptr<runtime::Buffer>& b = trace.params[p]->buffer;
-    // The parameter node holds it (its storage holds the pending new value); nothing else may.
-    if (SoleHolders(b, 1)) {
-      donated.push_back(b.get());
-    } else {
-      kept.push_back(p);
-    }
-  }
+  // The parameter node holds each buffer (its storage holds the pending new value); a capture's
+  // input may also be held elsewhere.
+  LaunchDonations d;
+  for (const auto& [p, o] : g.donations) d.Add(p, trace.params[p]->buffer);
   for (const NodeRef& p : trace.params) keep_alive.push_back(p->buffer);
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
-    results = compiled->executable->Execute(args, device, donated, std::move(keep_alive), kept);
+    results = compiled->executable->Execute(args, device, d.donated, std::move(keep_alive), d.kept);
   }
   Metrics::Increment(Counter::kExecutions);
-  Metrics::Increment(Counter::kDonatedBuffers, static_cast<int64_t>(donated.size()));
+  Metrics::Increment(Counter::kDonatedBuffers, static_cast<int64_t>(d.donated.size()));
   if (record != nullptr) Describe(trace, g, compiled, record);
   Publish(device, trace, g, *compiled, std::move(results));
 }

@@ -51,6 +51,21 @@ struct LaunchRecord {
 // that read it: then an execution may take its memory (PJRT orders it after those readers).
 bool SoleHolders(const std::shared_ptr<runtime::Buffer>& buffer, long holders);
 
+// What one launch does with the parameters its program aliases to results: it donates the
+// buffers that only their one holder holds, and names the others as non-donatable (PJRT copies
+// them).
+struct LaunchDonations {
+  std::vector<runtime::Buffer*> donated;
+  std::vector<int64_t> kept;  // parameter indices
+  void Add(int param, const std::shared_ptr<runtime::Buffer>& buffer) {
+    if (SoleHolders(buffer, 1)) {
+      donated.push_back(buffer.get());
+    } else {
+      kept.push_back(param);
+    }
+  }
+};
+
 // The packed value scalars as device arrays, one per dtype that has any: a program's last
 // arguments, after its parameters.
 std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
