@@ -377,8 +377,8 @@ std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
   return buffers;
 }
 
-bool SoleHolders(const std::shared_ptr<runtime::Buffer>& buffer, long holders) {
-  return buffer.use_count() - buffer->inflight_reads() == holders;
+bool SoleHolder(const std::shared_ptr<runtime::Buffer>& buffer) {
+  return buffer.use_count() - buffer->inflight_reads() == 1;
 }
 
 namespace {
@@ -444,10 +444,6 @@ void DropTargetsReadingPoison(PendingGraph* g) {
   *g = std::move(kept);
 }
 
-// Donation: when a storage read its old buffer in this trace and now gets a new value, the old
-// buffer (if nothing else holds it) becomes the new value's memory. Updates in place keep a
-// parameter at one address across steps, which also lets the plugin's matmul libraries reuse
-// their packed copies of weights (docs/design.md has the measurements).
 // The parameter holding target `o`'s old buffer when the program can write the new value over it
 // (the trace read that buffer, of the same type), else null.
 const Node* OverwrittenParam(const DeviceTrace& trace, const PendingGraph& g, size_t o) {
@@ -457,13 +453,16 @@ const Node* OverwrittenParam(const DeviceTrace& trace, const PendingGraph& g, si
   return param->out0 == g.outputs[o].type() ? param : nullptr;
 }
 
+// Donation: when a storage read its old buffer in this trace and now gets a new value, the old
+// buffer (if nothing else holds it) becomes the new value's memory, so parameters and optimizer
+// state are updated in place (docs/design.md, "Donation").
 std::vector<std::pair<int, int>> Donations(const DeviceTrace& trace, const PendingGraph& g) {
   std::vector<std::pair<int, int>> donations;
   for (size_t o = 0; o < g.targets.size(); ++o) {
     const Node* param = OverwrittenParam(trace, g, o);
     // Donatable when the parameter node is all that holds the buffer (the storage now holds
     // its pending value).
-    if (param != nullptr && SoleHolders(param->buffer, 1)) donations.push_back({param->index, static_cast<int>(o)});
+    if (param != nullptr && SoleHolder(param->buffer)) donations.push_back({param->index, static_cast<int>(o)});
   }
   return donations;
 }

@@ -47,18 +47,19 @@ struct LaunchRecord {
   std::vector<std::pair<int, int>> aliases;
 };
 
-// Whether `holders` references are all there are to `buffer`, not counting running executions
-// that read it: then an execution may take its memory (PJRT orders it after those readers).
-bool SoleHolders(const std::shared_ptr<runtime::Buffer>& buffer, long holders);
+// Whether `buffer` is the only reference to its buffer (a storage's or a parameter node's), not
+// counting running executions that read it: then an execution may take its memory (PJRT orders
+// it after those readers).
+bool SoleHolder(const std::shared_ptr<runtime::Buffer>& buffer);
 
 // What one launch does with the parameters its program aliases to results: it donates the
-// buffers that only their one holder holds, and names the others as non-donatable (PJRT copies
+// buffers that only their one holder holds (SoleHolder), and names the others as non-donatable (PJRT copies
 // them).
 struct LaunchDonations {
   std::vector<runtime::Buffer*> donated;
   std::vector<int64_t> kept;  // parameter indices
   void Add(int param, const std::shared_ptr<runtime::Buffer>& buffer) {
-    if (SoleHolders(buffer, 1)) {
+    if (SoleHolder(buffer)) {
       donated.push_back(buffer.get());
     } else {
       kept.push_back(param);

@@ -33,12 +33,8 @@ int64_t ConvFlops(const XLA_FFI_Buffer* x, const XLA_FFI_Buffer* w, const XLA_FF
   return 2 * x->dims[0] * Numel(spatial, 2) * Numel(w);
 }
 
-const XLA_FFI_Buffer* ArgBuffer(const XLA_FFI_CallFrame* frame, int i) {
-  return static_cast<const XLA_FFI_Buffer*>(frame->args.args[i]);
-}
-
 int64_t ForwardFlops(const XLA_FFI_CallFrame* frame) {
-  return ConvFlops(ArgBuffer(frame, 0), ArgBuffer(frame, 1), static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[0]),
+  return ConvFlops(ArgBuffer(frame, 0), ArgBuffer(frame, 1), RetBuffer(frame, 0),
                    runtime::FfiIntAttr(frame, "transposed", 0) != 0);
 }
 

@@ -29,12 +29,20 @@ at::Tensor Wrap(const XLA_FFI_Buffer* buffer) {
   return at::from_blob(buffer->data, at::IntArrayRef(buffer->dims, buffer->rank), at::TensorOptions().dtype(type));
 }
 
+const XLA_FFI_Buffer* ArgBuffer(const XLA_FFI_CallFrame* frame, int i) {
+  return static_cast<const XLA_FFI_Buffer*>(frame->args.args[i]);
+}
+
+const XLA_FFI_Buffer* RetBuffer(const XLA_FFI_CallFrame* frame, int i) {
+  return static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[i]);
+}
+
 at::Tensor Arg(const XLA_FFI_CallFrame* frame, int i) {
-  return Wrap(static_cast<const XLA_FFI_Buffer*>(frame->args.args[i]));
+  return Wrap(ArgBuffer(frame, i));
 }
 
 at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i) {
-  return Wrap(static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[i]));
+  return Wrap(RetBuffer(frame, i));
 }
 
 namespace {

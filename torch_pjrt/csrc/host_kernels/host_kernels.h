@@ -20,7 +20,9 @@ namespace torch_pjrt::host_kernels {
 
 // A CPU tensor over an FFI buffer (no copy).
 at::Tensor Wrap(const XLA_FFI_Buffer* buffer);
-// Argument / result `i` of a call frame as a CPU tensor (no copy).
+// Argument / result `i` of a call frame: the FFI buffer, and as a CPU tensor over it (no copy).
+const XLA_FFI_Buffer* ArgBuffer(const XLA_FFI_CallFrame* frame, int i);
+const XLA_FFI_Buffer* RetBuffer(const XLA_FFI_CallFrame* frame, int i);
 at::Tensor Arg(const XLA_FFI_CallFrame* frame, int i);
 at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i);
 
