@@ -216,7 +216,9 @@ for name, fn in cases.items():
     same[name] = torch.equal(want.isnan(), got.isnan()) and torch.allclose(want, got, equal_nan=True)
 torch.pjrt.synchronize()
 text = "".join(open(p).read() for p in glob.glob(os.path.join(dump, "*.mlir")))
-print("RESULT " + json.dumps({"same": same, "selects": text.count("stablehlo.select")}))
+print("RESULT " + json.dumps({"same": same, "selects": text.count("stablehlo.select"),
+                             "plain_reductions": text.count("applies stablehlo.maximum") +
+                                                 text.count("applies stablehlo.minimum")}))
 """
 
 
@@ -227,7 +229,10 @@ def test_min_max_select_nans_when_the_compiler_may_drop_them():
     explicit, _ = run_with_capabilities(MIN_MAX, {"nan_propagating_min_max": False})
     plain, _ = run_with_capabilities(MIN_MAX, {})
     assert all(explicit["same"].values()), explicit["same"]
-    assert explicit["selects"] - plain["selects"] >= 2 * len(explicit["same"])
+    assert explicit["selects"] - plain["selects"] >= len(explicit["same"])
+    # amax/amin stay plain (vectorizable) reductions, the NaN chosen by a select after them: a
+    # select inside the reduction body made XLA:CPU's row max 2-3x slower (docs/design.md).
+    assert explicit["plain_reductions"] == plain["plain_reductions"] == 2, (explicit, plain)
 
 
 def test_cpu_plugin_keeps_freed_blocks_in_the_heap():

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
 
 namespace torch_pjrt::lowering {
@@ -531,10 +532,13 @@ Val Emitter::EmitDotGeneral(const Val& a, const Val& b, const Dims& batch_a, con
 
 Val Emitter::Reduce(const Val& x, const Val& init, const Dims& dims, std::string_view op) {
   if (dims.empty()) return x;
-  if (NeedsExplicitNan(op, x.dtype())) {  // the body's Binary selects the NaN
-    return ReduceVariadic({x}, {init}, dims, [&](Emitter& e, const std::vector<Val>& a) {
-      return std::vector<Val>{e.Binary(op, a[0], a[1])};
-    })[0];
+  if (NeedsExplicitNan(op, x.dtype())) {
+    // The fast min/max reduction, then NaN wherever a reduced element was NaN. Selecting the NaN
+    // inside the reduction body instead kept XLA:CPU from vectorizing it: a row max over
+    // [512, 1000] floats took 0.59 ms against a row sum's 0.2 (docs/design.md).
+    Val m = RawReduce(x, init, dims, op);
+    Val any_nan = RawReduce(Compare("NE", x, x), Scalar(0, ElementType::kBool), dims, "or");
+    return Select(any_nan, Full(std::numeric_limits<double>::quiet_NaN(), m.type), m);
   }
   return RawReduce(x, init, dims, op);
 }
