@@ -200,6 +200,40 @@ def test_transposed_matmul_rewrite_on_the_cpu_plugin(tmp_path):
     assert text.count("stablehlo.dot_general") == 4
 
 
+def test_long_row_sums_are_dots_on_the_cpu_plugin(tmp_path):
+    """The CPU plugin declares fast_row_reductions=False: float sums over trailing dimensions of
+    at least 256 elements per row (cross entropy over a vocabulary) become dots with a ones
+    vector, shorter rows and other dimensions stay reductions, and every result equals CPU
+    eager's, NaN and infinities included."""
+    import glob
+
+    import torch
+    import torch.nn.functional as F
+    from helpers import assert_close
+
+    assert torch.pjrt.capabilities()["fast_row_reductions"] is False
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 300)
+    x[0, 1, 7], x[1, 2, 0], x[2, 0, 5], x[2, 0, 9] = float("nan"), float("inf"), float("inf"), -float("inf")
+    labels = torch.randint(0, 300, (12,))
+    cases = {"sum(-1)": lambda t: t.sum(-1), "mean over two trailing dims": lambda t: t.mean((1, 2), keepdim=True),
+             "float64 sum": lambda t: t.double().sum(-1), "log_softmax": lambda t: F.log_softmax(t.nan_to_num(), -1),
+             "cross_entropy": lambda t: F.cross_entropy(t.nan_to_num(posinf=0, neginf=0).view(12, 300), labels.to(t.device)),
+             "sum(1): not trailing": lambda t: t.sum(1), "short rows": lambda t: t[..., :40].sum(-1)}
+    torch.pjrt.set_dump_dir(str(tmp_path))
+    try:
+        results = {name: fn(x.to("pjrt")).cpu() for name, fn in cases.items()}
+    finally:
+        torch.pjrt.set_dump_dir(None)
+    for name, fn in cases.items():
+        assert_close(results[name], fn(x), atol=1e-4, rtol=1e-5, equal_nan=True, msg=name)
+    text = "".join(open(p).read() for p in glob.glob(str(tmp_path / "*.mlir")))
+    # sum, mean, float64 sum, log_softmax's and cross entropy's sums of exponentials.
+    assert text.count("stablehlo.dot_general") >= 5, text.count("stablehlo.dot_general")
+    assert "applies stablehlo.add across dimensions = [1]" in text  # sum(1)
+    assert "applies stablehlo.add across dimensions = [2]" in text  # short rows
+
+
 MIN_MAX = """
 import glob, json, os, tempfile
 import torch

@@ -109,6 +109,11 @@ class DevicePlugin:
     #: explicitly, so torch.maximum, amax, relu and max pooling still propagate it.
     nan_propagating_min_max: bool = True
 
+    #: False when the compiler's sums over a tensor's minor (trailing) dimensions run well below
+    #: memory speed. The lowering then computes such float sums as matrix-vector products with a
+    #: ones vector (softmax, layer norm and cross entropy sum over the last dimension).
+    fast_row_reductions: bool = True
+
     #: True when the plugin runs XLA collectives between processes (given the key-value store
     #: and ``distributed_client_options``): the ``pjrt`` process group then puts all-reduce,
     #: broadcast, all-gather and reduce-scatter into the lazy graph, so a DDP step stays one
@@ -158,7 +163,7 @@ class DevicePlugin:
 
 _POLICIES = ("error", "warn")
 # Capabilities that are plain booleans, True by default (sent to the runtime as "1"/"0").
-_BOOLEAN_CAPABILITIES = ("dense_gather", "fast_transposed_matmul", "nan_propagating_min_max")
+_BOOLEAN_CAPABILITIES = ("dense_gather", "fast_transposed_matmul", "nan_propagating_min_max", "fast_row_reductions")
 _PRECISIONS = ("highest", "high", "default")
 
 
