@@ -53,8 +53,8 @@ struct LaunchRecord {
 bool SoleHolder(const std::shared_ptr<runtime::Buffer>& buffer);
 
 // What one launch does with the parameters its program aliases to results: it donates the
-// buffers that only their one holder holds (SoleHolder), and names the others as non-donatable (PJRT copies
-// them).
+// buffers that only their one holder holds (SoleHolder), and names the others as non-donatable
+// (PJRT copies them).
 struct LaunchDonations {
   std::vector<runtime::Buffer*> donated;
   std::vector<int64_t> kept;  // parameter indices

@@ -535,7 +535,7 @@ Val Emitter::Reduce(const Val& x, const Val& init, const Dims& dims, std::string
   if (NeedsExplicitNan(op, x.dtype())) {
     // The fast min/max reduction, then NaN wherever a reduced element was NaN. Selecting the NaN
     // inside the reduction body instead kept XLA:CPU from vectorizing it: a row max over
-    // [512, 1000] floats took 0.59 ms against a row sum's 0.2 (docs/design.md).
+    // [512, 1000] floats took 0.51 ms, 0.35 this way (docs/design.md, "Row reductions").
     Val m = RawReduce(x, init, dims, op);
     Val any_nan = RawReduce(Compare("NE", x, x), Scalar(0, ElementType::kBool), dims, "or");
     return Select(any_nan, Full(std::numeric_limits<double>::quiet_NaN(), m.type), m);

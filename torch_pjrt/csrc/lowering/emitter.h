@@ -195,6 +195,8 @@ class Emitter {
   Val EmitDotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,
                      const Dims& contract_a, const Dims& contract_b, ElementType out,
                      std::string_view precision);
+  // A float sum over x's trailing dims as a dot with ones (fast_row_reductions false), else an
+  // invalid Val.
   Val RowSumAsDot(const Val& x, const Val& init, const Dims& dims);
   // The operand of a 2-D transpose emitted by this emitter (invalid Val if `v` is not one).
   Val TransposeSource(const Val& v) const;
