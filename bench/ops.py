@@ -44,6 +44,7 @@ BLOCKS = {
     "row max ([512, 1000] logits)": (lambda x: x.amax(-1), lambda: [t(TOKENS, V)]),
     "row sum ([512, 1000])": (lambda x: x.sum(-1), lambda: [t(TOKENS, V)]),
     "exp ([512, 1000])": (lambda x: x.exp(), lambda: [t(TOKENS, V)]),
+    "bias gradient ([8, 64, 512] summed over (0, 1))": (lambda g: g.sum((0, 1)), lambda: [t(B, S, 4 * D)]),
     "log_softmax": (lambda x: F.log_softmax(x, -1), lambda: [t(TOKENS, V)]),
     "log_softmax fwd+bwd": (lambda x: grads(F.log_softmax(x, -1) * 1.5, x), lambda: [t(TOKENS, V, grad=True)]),
     "cross_entropy fwd+bwd": (lambda x, y: grads(F.cross_entropy(x, y), x), lambda: [t(TOKENS, V, grad=True), ids()]),

@@ -201,7 +201,7 @@ def test_transposed_matmul_rewrite_on_the_cpu_plugin(tmp_path):
 
 
 def test_long_row_sums_are_dots_on_the_cpu_plugin(tmp_path):
-    """The CPU plugin declares fast_row_reductions=False: float sums over trailing dimensions of
+    """The CPU plugin declares fast_reductions=False: float sums over trailing dimensions of
     at least 256 elements per row (cross entropy over a vocabulary) become dots with a ones
     vector, shorter rows and other dimensions stay reductions, and every result equals CPU
     eager's, NaN and infinities included."""
@@ -211,7 +211,7 @@ def test_long_row_sums_are_dots_on_the_cpu_plugin(tmp_path):
     import torch.nn.functional as F
     from helpers import assert_close
 
-    assert torch.pjrt.capabilities()["fast_row_reductions"] is False
+    assert torch.pjrt.capabilities()["fast_reductions"] is False
     torch.manual_seed(0)
     x = torch.randn(4, 3, 300)
     x[0, 1, 7], x[1, 2, 0], x[2, 0, 5], x[2, 0, 9] = float("nan"), float("inf"), float("inf"), -float("inf")
@@ -232,6 +232,47 @@ def test_long_row_sums_are_dots_on_the_cpu_plugin(tmp_path):
     assert text.count("stablehlo.dot_general") >= 5, text.count("stablehlo.dot_general")
     assert "applies stablehlo.add across dimensions = [1]" in text  # sum(1)
     assert "applies stablehlo.add across dimensions = [2]" in text  # short rows
+
+
+def test_leading_dim_reductions_stay_two_dimensional_on_the_cpu_plugin(tmp_path):
+    """With fast_reductions=False, a reduction over leading dimensions (a bias gradient: a
+    [16, 64, N] gradient summed over (0, 1)) is emitted over one merged dimension behind an
+    optimization barrier, so XLA:CPU cannot fold it back into the slow windowed form; every
+    result (sum, mean, amax with NaN, a fused producer, autograd's bias gradient) equals CPU
+    eager's, and row reductions get no barrier."""
+    import glob
+
+    import torch
+    import torch.nn.functional as F
+    from helpers import assert_close
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 40)
+    x[1, 2, 3], x[2, 5, 7], x[3, 0, 1] = float("nan"), float("inf"), -float("inf")
+    w, b = torch.randn(24, 40), torch.randn(24)
+    cases = {"sum over (0, 1)": lambda t: t.sum((0, 1)), "mean over 0": lambda t: t.mean(0),
+             "amax over (0, 1)": lambda t: t.amax((0, 1)), "fused producer": lambda t: (t * t + 1).sum((0, 1))}
+    torch.pjrt.set_dump_dir(str(tmp_path))
+    try:
+        results = {name: fn(x.to("pjrt")).cpu() for name, fn in cases.items()}
+        bp = b.to("pjrt").requires_grad_()
+        F.linear(x.nan_to_num(0, 0, 0).to("pjrt"), w.to("pjrt"), bp).square().sum().backward()
+        row = x.to("pjrt").sum(-1).cpu()
+    finally:
+        torch.pjrt.set_dump_dir(None)
+    for name, fn in cases.items():
+        assert_close(results[name], fn(x), atol=1e-4, rtol=1e-5, equal_nan=True, msg=name)
+    bc = b.clone().requires_grad_()
+    F.linear(x.nan_to_num(0, 0, 0), w, bc).square().sum().backward()
+    assert_close(bp.grad.cpu(), bc.grad, atol=1e-2, rtol=1e-5)
+    assert_close(row, x.sum(-1), equal_nan=True)
+    text = "".join(open(p).read() for p in glob.glob(str(tmp_path / "*.mlir")))
+    assert "applies stablehlo.add across dimensions = [0] : (tensor<64x40xf32>" in text
+    assert "applies stablehlo.maximum across dimensions = [0] : (tensor<64x40xf32>" in text
+    # sum, amax (value and NaN flag), fused producer, bias gradient; the mean over 4 elements
+    # and the row sum have none.
+    assert text.count("stablehlo.optimization_barrier") == 5, text.count("stablehlo.optimization_barrier")
+    assert "applies stablehlo.add across dimensions = [2] : (tensor<4x16x40xf32>" in text
 
 
 MIN_MAX = """

@@ -109,10 +109,12 @@ class DevicePlugin:
     #: explicitly, so torch.maximum, amax, relu and max pooling still propagate it.
     nan_propagating_min_max: bool = True
 
-    #: False when the compiler's sums over a tensor's minor (trailing) dimensions run well below
-    #: memory speed. The lowering then computes such float sums as matrix-vector products with a
-    #: ones vector (softmax, layer norm and cross entropy sum over the last dimension).
-    fast_row_reductions: bool = True
+    #: False when the compiler's reductions run well below memory speed. The lowering then
+    #: computes long float sums over the trailing dimensions (softmax and cross entropy over a
+    #: vocabulary) as matrix-vector products with a ones vector, and keeps reductions over
+    #: leading dimensions (a linear layer's bias gradient) two-dimensional behind an
+    #: optimization barrier.
+    fast_reductions: bool = True
 
     #: True when the plugin runs XLA collectives between processes (given the key-value store
     #: and ``distributed_client_options``): the ``pjrt`` process group then puts all-reduce,
@@ -163,7 +165,7 @@ class DevicePlugin:
 
 _POLICIES = ("error", "warn")
 # Capabilities that are plain booleans, True by default (sent to the runtime as "1"/"0").
-_BOOLEAN_CAPABILITIES = ("dense_gather", "fast_transposed_matmul", "nan_propagating_min_max", "fast_row_reductions")
+_BOOLEAN_CAPABILITIES = ("dense_gather", "fast_transposed_matmul", "nan_propagating_min_max", "fast_reductions")
 _PRECISIONS = ("highest", "high", "default")
 
 

@@ -76,7 +76,7 @@ lowering::TargetOptions TargetOptionsFromCapabilities() {
   for (auto [name, flag] : {std::pair<const char*, bool*>{"dense_gather", &target.dense_gather},
                             {"fast_transposed_matmul", &target.fast_transposed_matmul},
                             {"nan_propagating_min_max", &target.nan_propagating_min_max},
-                            {"fast_row_reductions", &target.fast_row_reductions},
+                            {"fast_reductions", &target.fast_reductions},
                             {"host_kernels", &target.host_kernels}}) {
     auto found = caps.find(name);
     if (found != caps.end()) *flag = found->second != "0";

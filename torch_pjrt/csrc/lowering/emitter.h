@@ -53,9 +53,10 @@ struct TargetOptions {
   // The compiler's maximum/minimum propagate NaN as StableHLO specifies. When false (XLA:CPU with
   // its fast min/max, which is 3-7x faster for reductions and relu), the emitter selects the NaN.
   bool nan_propagating_min_max = true;
-  // The compiler's sums over a tensor's trailing dimensions run at memory speed. When false
-  // (XLA:CPU), a float sum over trailing dimensions becomes a dot with a ones vector.
-  bool fast_row_reductions = true;
+  // The compiler's reductions run at memory speed. When false (XLA:CPU), a long float sum over
+  // trailing dimensions becomes a dot with a ones vector, and a reduction over leading
+  // dimensions gets its operand behind an optimization barrier (Emitter::RawReduce).
+  bool fast_reductions = true;
   // Device memory is host memory and torch's CPU kernels may run on it inside the program
   // (host_kernels/): float32 convolutions become custom calls to ATen's convolution.
   bool host_kernels = false;
@@ -195,7 +196,7 @@ class Emitter {
   Val EmitDotGeneral(const Val& a, const Val& b, const Dims& batch_a, const Dims& batch_b,
                      const Dims& contract_a, const Dims& contract_b, ElementType out,
                      std::string_view precision);
-  // A float sum over x's trailing dims as a dot with ones (fast_row_reductions false), else an
+  // A float sum over x's trailing dims as a dot with ones (fast_reductions false), else an
   // invalid Val.
   Val RowSumAsDot(const Val& x, const Val& init, const Dims& dims);
   // The operand of a 2-D transpose emitted by this emitter (invalid Val if `v` is not one).
