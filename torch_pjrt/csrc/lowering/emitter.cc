@@ -597,11 +597,11 @@ Val Emitter::RawReduce(const Val& x, const Val& init, const Dims& dims, std::str
       grouped.push_back(x.dims()[i]);
     }
   }
-  // XLA:CPU rewrites (windows) only reductions of more than this many elements per dimension.
+  // XLA:CPU windows (rewrites) only a reduced dimension of more than this many elements.
   constexpr int64_t kTreeReductionWindow = 32;
   Val operand = Reshape(x, grouped);
-  bool leading_only = !reduced.empty() && !reduced.back();
-  if (!target_.fast_reductions && leading_only &&
+  bool keeps_minor_dim = !reduced.empty() && !reduced.back();
+  if (!target_.fast_reductions && keeps_minor_dim &&
       NumElements(grouped) > kTreeReductionWindow * NumElements(t.dims)) {
     operand = OptimizationBarrier(operand);
   }
