@@ -47,6 +47,8 @@ def _register():
     _print_through_cpu()
     _launch_after_optimizer_steps()
     _register_distributed_backend()
+    from . import rnn
+    rnn.register()
     atexit.register(device_module._shutdown)
     _registered = True
 
