@@ -1,6 +1,8 @@
 """Capabilities change how ops are lowered and which dtypes are allowed; results stay those of
 CPU eager. Each test starts a process with a plugin given by path (the CPU .so) and the
 capabilities under test, since they are fixed once the client starts."""
+import contextlib
+import glob
 import json
 import os
 
@@ -11,6 +13,23 @@ def cpu_plugin_library():
     import xla_plugins.xla_cpu_pjrt as pkg
 
     return os.path.join(list(pkg.__path__)[0], "xla_cpu_pjrt.so")
+
+
+@contextlib.contextmanager
+def dumping_graphs(directory):
+    """Dumps the StableHLO of every graph compiled in this process inside the block."""
+    import torch
+
+    torch.pjrt.set_dump_dir(str(directory))
+    try:
+        yield
+    finally:
+        torch.pjrt.set_dump_dir(None)
+
+
+def dumped_text(directory):
+    """The StableHLO of every graph dumped to `directory`, concatenated."""
+    return "".join(open(p).read() for p in glob.glob(os.path.join(str(directory), "*.mlir")))
 
 
 def run_with_capabilities(code, capabilities):
@@ -173,8 +192,6 @@ def test_unsupported_dtype_warn_policy_warns_once():
 def test_transposed_matmul_rewrite_on_the_cpu_plugin(tmp_path):
     """The CPU plugin declares fast_transposed_matmul=False: x @ w.t() with the larger w is
     emitted as (w @ x.t()).t() behind a barrier, and still equals CPU eager."""
-    import glob
-
     import torch
     from helpers import assert_close
 
@@ -182,20 +199,17 @@ def test_transposed_matmul_rewrite_on_the_cpu_plugin(tmp_path):
     torch.manual_seed(0)
     x, w, b = torch.randn(6, 40), torch.randn(72, 40), torch.randn(72)
     small_w = torch.randn(3, 40)
-    torch.pjrt.set_dump_dir(str(tmp_path))
-    try:
+    with dumping_graphs(tmp_path):
         dx, dw, db, dsmall = (t.to("pjrt") for t in (x, w, b, small_w))
         outs = [torch.nn.functional.linear(dx, dw, db),  # addmm with a transposed view: rewritten
                 dx @ dw.t(),                              # mm: rewritten
                 dx @ dsmall.t(),                          # the weight is the smaller operand: kept
                 dw @ dx.t()]                              # already the fast form: kept
         results = [o.cpu() for o in outs]
-    finally:
-        torch.pjrt.set_dump_dir(None)
     expected = [torch.nn.functional.linear(x, w, b), x @ w.t(), x @ small_w.t(), w @ x.t()]
     for got, want in zip(results, expected):
         assert_close(got, want, atol=1e-4, rtol=1e-4)
-    text = "".join(open(p).read() for p in glob.glob(str(tmp_path / "*.mlir")))
+    text = dumped_text(tmp_path)
     assert text.count("stablehlo.optimization_barrier") == 2
     assert text.count("stablehlo.dot_general") == 4
 
@@ -205,8 +219,6 @@ def test_long_row_sums_are_dots_on_the_cpu_plugin(tmp_path):
     at least 256 elements per row (cross entropy over a vocabulary) become dots with a ones
     vector, shorter rows and other dimensions stay reductions, and every result equals CPU
     eager's, NaN and infinities included."""
-    import glob
-
     import torch
     import torch.nn.functional as F
     from helpers import assert_close
@@ -220,14 +232,11 @@ def test_long_row_sums_are_dots_on_the_cpu_plugin(tmp_path):
              "float64 sum": lambda t: t.double().sum(-1), "log_softmax": lambda t: F.log_softmax(t.nan_to_num(), -1),
              "cross_entropy": lambda t: F.cross_entropy(t.nan_to_num(posinf=0, neginf=0).view(12, 300), labels.to(t.device)),
              "sum(1): not trailing": lambda t: t.sum(1), "short rows": lambda t: t[..., :40].sum(-1)}
-    torch.pjrt.set_dump_dir(str(tmp_path))
-    try:
+    with dumping_graphs(tmp_path):
         results = {name: fn(x.to("pjrt")).cpu() for name, fn in cases.items()}
-    finally:
-        torch.pjrt.set_dump_dir(None)
     for name, fn in cases.items():
         assert_close(results[name], fn(x), atol=1e-4, rtol=1e-5, equal_nan=True, msg=name)
-    text = "".join(open(p).read() for p in glob.glob(str(tmp_path / "*.mlir")))
+    text = dumped_text(tmp_path)
     # sum, mean, float64 sum, log_softmax's and cross entropy's sums of exponentials.
     assert text.count("stablehlo.dot_general") >= 5, text.count("stablehlo.dot_general")
     assert "applies stablehlo.add across dimensions = [1]" in text  # sum(1)
@@ -240,8 +249,6 @@ def test_leading_dim_reductions_stay_two_dimensional_on_the_cpu_plugin(tmp_path)
     optimization barrier, so XLA:CPU cannot fold it back into the slow windowed form; every
     result (sum, mean, amax with NaN, a fused producer, autograd's bias gradient) equals CPU
     eager's, and row reductions get no barrier."""
-    import glob
-
     import torch
     import torch.nn.functional as F
     from helpers import assert_close
@@ -252,21 +259,18 @@ def test_leading_dim_reductions_stay_two_dimensional_on_the_cpu_plugin(tmp_path)
     w, b = torch.randn(24, 40), torch.randn(24)
     cases = {"sum over (0, 1)": lambda t: t.sum((0, 1)), "mean over 0": lambda t: t.mean(0),
              "amax over (0, 1)": lambda t: t.amax((0, 1)), "fused producer": lambda t: (t * t + 1).sum((0, 1))}
-    torch.pjrt.set_dump_dir(str(tmp_path))
-    try:
+    with dumping_graphs(tmp_path):
         results = {name: fn(x.to("pjrt")).cpu() for name, fn in cases.items()}
         bp = b.to("pjrt").requires_grad_()
         F.linear(x.nan_to_num(0, 0, 0).to("pjrt"), w.to("pjrt"), bp).square().sum().backward()
         row = x.to("pjrt").sum(-1).cpu()
-    finally:
-        torch.pjrt.set_dump_dir(None)
     for name, fn in cases.items():
         assert_close(results[name], fn(x), atol=1e-4, rtol=1e-5, equal_nan=True, msg=name)
     bc = b.clone().requires_grad_()
     F.linear(x.nan_to_num(0, 0, 0), w, bc).square().sum().backward()
     assert_close(bp.grad.cpu(), bc.grad, atol=1e-2, rtol=1e-5)
     assert_close(row, x.sum(-1), equal_nan=True)
-    text = "".join(open(p).read() for p in glob.glob(str(tmp_path / "*.mlir")))
+    text = dumped_text(tmp_path)
     assert "applies stablehlo.add across dimensions = [0] : (tensor<64x40xf32>" in text
     assert "applies stablehlo.maximum across dimensions = [0] : (tensor<64x40xf32>" in text
     # sum, amax (value and NaN flag), fused producer, bias gradient; the mean over 4 elements

@@ -100,7 +100,7 @@ def test_lstm_projects_all_time_steps_at_once(config):
         dev(x.to("pjrt"))[0].cpu()
         products = torch.pjrt.metrics.counter("Lowered::mm")
     outputs = [cpu(x), dev(x.to("pjrt"))]
-    for (out, (h, c)), model in zip(outputs, [cpu, dev]):
+    for out, (h, c) in outputs:
         (out.square().sum() + h.sum() + c.sum()).backward()
     (out, (h, c)), (out_p, (h_p, c_p)) = outputs
     for want, got in [(out, out_p), (h, h_p), (c, c_p)]:

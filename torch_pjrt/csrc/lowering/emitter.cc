@@ -29,6 +29,34 @@ const char* CompareType(ElementType t) {
   return "SIGNED";
 }
 
+// A reduction's operand shape with each run of adjacent reduced dimensions merged into one (a
+// reshape of contiguous dimensions, no copy).
+struct GroupedReduction {
+  Dims shape;    // the merged operand shape
+  Dims reduced;  // the merged reduced dimensions, positions in `shape`
+  Dims kept;     // the dimensions kept: the result's shape
+  bool keeps_minor_dim = false;
+};
+
+GroupedReduction GroupReducedDims(const Dims& x_dims, const Dims& dims) {
+  std::vector<bool> is_reduced(x_dims.size(), false);
+  for (int64_t d : dims) is_reduced[d] = true;
+  GroupedReduction g;
+  for (size_t i = 0; i < x_dims.size(); ++i) {
+    if (!is_reduced[i]) {
+      g.kept.push_back(x_dims[i]);
+      g.shape.push_back(x_dims[i]);
+    } else if (i > 0 && is_reduced[i - 1]) {
+      g.shape.back() *= x_dims[i];
+    } else {
+      g.reduced.push_back(static_cast<int64_t>(g.shape.size()));
+      g.shape.push_back(x_dims[i]);
+    }
+  }
+  g.keeps_minor_dim = !is_reduced.empty() && !is_reduced.back();
+  return g;
+}
+
 }  // namespace
 
 std::string DimsString(const Dims& d) {
@@ -556,60 +584,36 @@ Val Emitter::Reduce(const Val& x, const Val& init, const Dims& dims, std::string
 Val Emitter::RowSumAsDot(const Val& x, const Val& init, const Dims& dims) {
   constexpr int64_t kMinRow = 256;
   if (x.dtype() != ElementType::kF32 && x.dtype() != ElementType::kF64) return Val();
-  Dims sorted(dims.begin(), dims.end());
-  std::sort(sorted.begin(), sorted.end());
-  int64_t first = x.rank() - static_cast<int64_t>(sorted.size());
-  int64_t row = 1;
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    if (sorted[i] != first + static_cast<int64_t>(i)) return Val();
-    row *= x.dims()[sorted[i]];
-  }
-  if (row < kMinRow) return Val();
-  Dims out(x.dims().begin(), x.dims().begin() + first);
-  int64_t rows = NumElements(out);
-  Val matrix = Reshape(x, {rows, row});
+  GroupedReduction g = GroupReducedDims(x.dims(), dims);
+  bool trailing_only = g.reduced.size() == 1 && !g.keeps_minor_dim;
+  if (!trailing_only || g.shape.back() < kMinRow) return Val();
+  int64_t row = g.shape.back();
+  Val matrix = Reshape(x, {NumElements(g.kept), row});
   Val ones = Full(1, TensorType{x.dtype(), {row}});
   Val sums = EmitDotGeneral(matrix, ones, {}, {}, {1}, {0}, x.dtype(), "HIGHEST");
-  Val s = Reshape(sums, out);
-  return Binary("add", s, BroadcastInDim(init, out, {}));
+  Val s = Reshape(sums, g.kept);
+  return Binary("add", s, BroadcastInDim(init, g.kept, {}));
 }
 
-// Adjacent reduced dimensions are merged into one (a reshape of contiguous dimensions, no copy).
-// Where reductions are slow (fast_reductions false), a reduction over leading dimensions then
+// Adjacent reduced dimensions are merged into one (GroupReducedDims). Where reductions are slow (fast_reductions false), a reduction over leading dimensions then
 // reads its operand through an optimization barrier: XLA:CPU otherwise folds the reshapes back,
 // and its tree-reduction rewrite windows each reduced dimension separately. A linear layer's
 // bias gradient, [16, 64, 512] summed over (0, 1), took 0.71 ms that way and 0.13-0.17 ms as
 // [1024, 512] summed over 0 (docs/design.md, "Column reductions"). The barrier costs the fusion
 // of the operand's producer into the reduction; rows (the minor dimension) are left alone.
 Val Emitter::RawReduce(const Val& x, const Val& init, const Dims& dims, std::string_view op) {
-  std::vector<bool> reduced(x.rank(), false);
-  for (int64_t d : dims) reduced[d] = true;
-  TensorType t{x.dtype(), {}};
-  Dims grouped, grouped_dims;  // x's shape with each run of reduced dimensions merged
-  for (int64_t i = 0; i < x.rank(); ++i) {
-    if (!reduced[i]) {
-      t.dims.push_back(x.dims()[i]);
-      grouped.push_back(x.dims()[i]);
-    } else if (i > 0 && reduced[i - 1]) {
-      grouped.back() *= x.dims()[i];
-    } else {
-      grouped_dims.push_back(static_cast<int64_t>(grouped.size()));
-      grouped.push_back(x.dims()[i]);
-    }
-  }
   // XLA:CPU windows (rewrites) only a reduced dimension of more than this many elements.
   constexpr int64_t kTreeReductionWindow = 32;
-  Val operand = Reshape(x, grouped);
-  bool keeps_minor_dim = !reduced.empty() && !reduced.back();
-  if (!target_.fast_reductions && keeps_minor_dim &&
-      NumElements(grouped) > kTreeReductionWindow * NumElements(t.dims)) {
+  GroupedReduction g = GroupReducedDims(x.dims(), dims);
+  Val operand = Reshape(x, g.shape);
+  if (!target_.fast_reductions && g.keeps_minor_dim &&
+      NumElements(g.shape) > kTreeReductionWindow * NumElements(g.kept)) {
     operand = OptimizationBarrier(operand);
   }
-  Val v = NewValue(t);
+  Val v = NewValue(TensorType{x.dtype(), g.kept});
   Line(Name(v) + " = stablehlo.reduce(" + Name(operand) + " init: " + Name(init) +
-       ") applies stablehlo." + std::string(op) + " across dimensions = " +
-       DimsString(grouped_dims) + " : (" + TypeString(operand) + ", " + TypeString(init) +
-       ") -> " + TypeString(t));
+       ") applies stablehlo." + std::string(op) + " across dimensions = " + DimsString(g.reduced) +
+       " : (" + TypeString(operand) + ", " + TypeString(init) + ") -> " + TypeString(v));
   return v;
 }
 
@@ -701,17 +705,9 @@ std::vector<Val> Emitter::ReduceVariadic(const std::vector<Val>& xs, const std::
                                          const Dims& dims, const RegionBody& body) {
   std::vector<TensorType> out_types, block_types;
   Dims sorted = dims;
-  for (size_t i = 0; i < sorted.size(); ++i)
-    for (size_t j = i + 1; j < sorted.size(); ++j)
-      if (sorted[j] < sorted[i]) std::swap(sorted[i], sorted[j]);
+  std::sort(sorted.begin(), sorted.end());
   for (const Val& x : xs) {
-    TensorType t{x.dtype(), {}};
-    for (int64_t i = 0; i < x.rank(); ++i) {
-      bool reduced = false;
-      for (int64_t d : dims) reduced |= d == i;
-      if (!reduced) t.dims.push_back(x.dims()[i]);
-    }
-    out_types.push_back(t);
+    out_types.push_back(TensorType{x.dtype(), GroupReducedDims(x.dims(), dims).kept});
   }
   for (int pass = 0; pass < 2; ++pass)
     for (const Val& x : xs) block_types.push_back(TensorType{x.dtype(), {}});
