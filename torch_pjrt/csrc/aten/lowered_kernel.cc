@@ -167,7 +167,7 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
       override_fn(stack, &results);
       stack = std::move(results);
     } else {
-      RunMetaKernel(sig.meta, &stack);  // unlike an override, a native kernel keeps the variant's checks
+      RunMetaKernel(sig.functional, &stack);  // unlike an override, a native kernel keeps the variant's checks
     }
   }
   for (const c10::IValue& r : stack) {

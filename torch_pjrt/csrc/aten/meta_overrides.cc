@@ -2,6 +2,7 @@
 
 #include "aten/meta_guards.h"
 
+#include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/_upsample_bicubic2d_aa.h>
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
@@ -18,6 +19,29 @@
 namespace torch_pjrt::aten {
 
 namespace {
+
+// The memory format of torch's CPU convolution output: channels-last when the input or the weight
+// is (oneDNN's and thnn's rule); for 3-d convolutions only where oneDNN runs them (not float64,
+// which takes the slow path).
+at::MemoryFormat CpuConvolutionFormat(const at::Tensor& x, const at::Tensor& w) {
+  auto either_is = [&](at::MemoryFormat f) { return x.suggest_memory_format() == f || w.suggest_memory_format() == f; };
+  if (x.dim() == 4 && either_is(at::MemoryFormat::ChannelsLast)) return at::MemoryFormat::ChannelsLast;
+  if (x.dim() == 5 && x.scalar_type() != at::kDouble && either_is(at::MemoryFormat::ChannelsLast3d)) {
+    return at::MemoryFormat::ChannelsLast3d;
+  }
+  return at::MemoryFormat::Contiguous;
+}
+
+// convolution_overrideable(input, weight, bias?, stride, padding, dilation, transposed,
+// output_padding, groups): aten::convolution's shapes, with the CPU kernels' output strides
+// (aten::convolution's Meta kernel always answers contiguous).
+void ConvolutionMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& x = a[0].toTensor();
+  const at::Tensor& w = a[1].toTensor();
+  at::Tensor y = at::convolution(x, w, a[2].toOptional<at::Tensor>(), a[3].toIntVector(), a[4].toIntVector(),
+                                 a[5].toIntVector(), a[6].toBool(), a[7].toIntVector(), a[8].toInt());
+  results->push_back(y.contiguous(CpuConvolutionFormat(x, w)));
+}
 
 void ConvolutionBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   // convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation,
@@ -201,6 +225,7 @@ MetaOverride FindMetaOverride(const std::string& name) {
   static const auto* table = new std::unordered_map<std::string, MetaOverride>{
       {"aten::_thnn_fused_lstm_cell", &LstmCellMeta},
       {"aten::_thnn_fused_lstm_cell_backward_impl", &LstmCellBackwardMeta},
+      {"aten::convolution_overrideable", &ConvolutionMeta},
       {"aten::convolution_backward_overrideable", &ConvolutionBackwardMeta},
       {"aten::_thnn_fused_gru_cell", &GruCellMeta},
       {"aten::_thnn_fused_gru_cell_backward", &GruCellBackwardMeta},

@@ -86,14 +86,7 @@ std::vector<c10::OperatorHandle> FindVariants(const c10::OperatorHandle& functio
 OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHandle& functional,
                           int lowering) {
   const lowering::OpLowering& entry = lowering::Table()[lowering];
-  c10::OperatorHandle meta = functional;
-  if (!entry.meta_op.empty()) {
-    size_t dot = entry.meta_op.find('.');
-    std::string name = "aten::" + entry.meta_op.substr(0, dot);
-    std::string overload = dot == std::string::npos ? "" : entry.meta_op.substr(dot + 1);
-    meta = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
-  }
-  OpSignature sig(op, functional, meta);
+  OpSignature sig(op, functional);
   const c10::FunctionSchema& s = op.schema();
   const c10::FunctionSchema& fs = functional.schema();
   sig.lowering = lowering;

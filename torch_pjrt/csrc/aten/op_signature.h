@@ -32,7 +32,6 @@ struct OpSignature {
   Variant variant = Variant::kFunctional;
   c10::OperatorHandle op;                   // the op this kernel is registered for
   c10::OperatorHandle functional;           // the functional form of `op`
-  c10::OperatorHandle meta;                 // whose Meta kernel gives the result shapes
   std::string name;                         // "aten::add_.Tensor"
   size_t num_args = 0;                      // of `op`
   size_t num_functional_args = 0;           // arguments shared with the functional op
@@ -51,8 +50,8 @@ struct OpSignature {
   bool cpu_probe = true;                    // OpLowering::cpu_probe
   int generator_arg = -1;                   // the Generator? argument, if the schema has one
 
-  OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional, c10::OperatorHandle meta)
-      : op(std::move(op)), functional(std::move(functional)), meta(std::move(meta)) {}
+  OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional)
+      : op(std::move(op)), functional(std::move(functional)) {}
 };
 
 // Finds the in-place and out= variants of functional op `functional` among registered ops.

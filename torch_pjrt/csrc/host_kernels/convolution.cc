@@ -20,37 +20,37 @@ ConvArgs ReadConvArgs(const XLA_FFI_CallFrame* frame) {
                   runtime::FfiIntAttr(frame, "transposed", 0) != 0, runtime::FfiIntAttr(frame, "groups", 1)};
 }
 
-int64_t Numel(const XLA_FFI_Buffer* b, int first_dim = 0) {
+int64_t Numel(const XLA_FFI_Buffer* b, int first_dim = 0, int end_dim = -1) {
   int64_t n = 1;
-  for (int64_t d = first_dim; d < b->rank; ++d) n *= b->dims[d];
+  for (int64_t d = first_dim; d < (end_dim < 0 ? b->rank : end_dim); ++d) n *= b->dims[d];
   return n;
 }
 
 // Multiply-adds x2 of a convolution: every weight element meets every batch element at every
 // spatial position of the output (of the input, for a transposed one).
-int64_t ConvFlops(const XLA_FFI_Buffer* x, const XLA_FFI_Buffer* w, const XLA_FFI_Buffer* y, bool transposed) {
-  const XLA_FFI_Buffer* spatial = transposed ? x : y;
-  return 2 * x->dims[0] * Numel(spatial, 2) * Numel(w);
+int64_t ConvFlops(const XLA_FFI_CallFrame* frame, const XLA_FFI_Buffer* x, const XLA_FFI_Buffer* w,
+                  const XLA_FFI_Buffer* y) {
+  const XLA_FFI_Buffer* spatial = runtime::FfiIntAttr(frame, "transposed", 0) != 0 ? x : y;
+  int64_t positions = ChannelsLast(frame) ? Numel(spatial, 1, spatial->rank - 1) : Numel(spatial, 2);
+  return 2 * x->dims[0] * positions * Numel(w);
 }
 
 int64_t ForwardFlops(const XLA_FFI_CallFrame* frame) {
-  return ConvFlops(ArgBuffer(frame, 0), ArgBuffer(frame, 1), RetBuffer(frame, 0),
-                   runtime::FfiIntAttr(frame, "transposed", 0) != 0);
+  return ConvFlops(frame, ArgBuffer(frame, 0), ArgBuffer(frame, 1), RetBuffer(frame, 0));
 }
 
 // Both gradients: about twice the forward's work.
 int64_t BackwardFlops(const XLA_FFI_CallFrame* frame) {
-  return 2 * ConvFlops(ArgBuffer(frame, 1), ArgBuffer(frame, 2), ArgBuffer(frame, 0),
-                       runtime::FfiIntAttr(frame, "transposed", 0) != 0);
+  return 2 * ConvFlops(frame, ArgBuffer(frame, 1), ArgBuffer(frame, 2), ArgBuffer(frame, 0));
 }
 
 // torch_pjrt_conv(x, w) -> y, without bias (the program adds it).
 XLA_FFI_Error* Convolution(XLA_FFI_CallFrame* frame) {
   return RunHandler(frame, "torch_pjrt_conv", [frame] {
     ConvArgs a = ReadConvArgs(frame);
-    at::Tensor y = at::convolution(Arg(frame, 0), Arg(frame, 1), std::nullopt, a.stride, a.padding, a.dilation,
-                                   a.transposed, a.output_padding, a.groups);
-    Ret(frame, 0).copy_(y);
+    at::Tensor y = at::convolution(ActivationArg(frame, 0), Arg(frame, 1), std::nullopt, a.stride, a.padding,
+                                   a.dilation, a.transposed, a.output_padding, a.groups);
+    ActivationRet(frame, 0).copy_(y);
   }, ForwardFlops);
 }
 
@@ -62,9 +62,9 @@ XLA_FFI_Error* ConvolutionBackward(XLA_FFI_CallFrame* frame) {
     std::array<bool, 3> mask{runtime::FfiIntAttr(frame, "grad_input", 1) != 0,
                              runtime::FfiIntAttr(frame, "grad_weight", 1) != 0, false};
     auto [grad_x, grad_w, grad_b] =
-        at::convolution_backward(Arg(frame, 0), Arg(frame, 1), Arg(frame, 2), std::nullopt, a.stride, a.padding,
-                                 a.dilation, a.transposed, a.output_padding, a.groups, mask);
-    if (mask[0]) Ret(frame, 0).copy_(grad_x);
+        at::convolution_backward(ActivationArg(frame, 0), ActivationArg(frame, 1), Arg(frame, 2), std::nullopt,
+                                 a.stride, a.padding, a.dilation, a.transposed, a.output_padding, a.groups, mask);
+    if (mask[0]) ActivationRet(frame, 0).copy_(grad_x);
     if (mask[1]) Ret(frame, 1).copy_(grad_w);
   }, BackwardFlops);
 }

@@ -45,6 +45,17 @@ at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i) {
   return Wrap(RetBuffer(frame, i));
 }
 
+bool ChannelsLast(const XLA_FFI_CallFrame* frame) { return runtime::FfiIntAttr(frame, "channels_last", 0) != 0; }
+
+namespace {
+at::Tensor ChannelsFirstView(const XLA_FFI_CallFrame* frame, at::Tensor t) {
+  return ChannelsLast(frame) ? t.permute({0, 3, 1, 2}) : t;
+}
+}  // namespace
+
+at::Tensor ActivationArg(const XLA_FFI_CallFrame* frame, int i) { return ChannelsFirstView(frame, Arg(frame, i)); }
+at::Tensor ActivationRet(const XLA_FFI_CallFrame* frame, int i) { return ChannelsFirstView(frame, Ret(frame, i)); }
+
 namespace {
 
 // OpenMP's team size for the calling thread (a per-thread setting), through the libgomp torch

@@ -6,7 +6,8 @@
 //   torch_pjrt_conv(x, w) -> y: at::convolution without bias;
 //   torch_pjrt_conv_backward(grad_y, x, w) -> (grad_x, grad_w): at::convolution_backward.
 // Attributes: stride, padding, dilation, output_padding (i64 arrays), transposed, groups, and for
-// the backward grad_input/grad_weight (i64: which results to compute).
+// the backward grad_input/grad_weight (i64: which results to compute); channels_last (i64) when
+// the activations (x, y and their gradients, not the weight) are [N, H, W, C] arrays.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,6 +26,13 @@ const XLA_FFI_Buffer* ArgBuffer(const XLA_FFI_CallFrame* frame, int i);
 const XLA_FFI_Buffer* RetBuffer(const XLA_FFI_CallFrame* frame, int i);
 at::Tensor Arg(const XLA_FFI_CallFrame* frame, int i);
 at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i);
+// Whether the frame passes its 4-d activations channels-last, as [N, H, W, C] arrays (attribute
+// channels_last; lowering/host_calls.h).
+bool ChannelsLast(const XLA_FFI_CallFrame* frame);
+// Activation argument / result `i` as torch indexes it, [N, C, ...]: over a channels-last array,
+// a view with channels-last strides (torch's kernels then run their channels-last paths).
+at::Tensor ActivationArg(const XLA_FFI_CallFrame* frame, int i);
+at::Tensor ActivationRet(const XLA_FFI_CallFrame* frame, int i);
 
 // Runs `kernel` on the one thread that runs every host kernel, and waits for it. XLA calls
 // handlers from whichever of its worker threads is free; torch's kernels parallelize with

@@ -3,7 +3,8 @@
 // (docs/design.md, XLA CPU performance notes), and ResNet's stem pools every step. Targets:
 //   torch_pjrt_max_pool2d(x) -> (y, indices): at::max_pool2d_with_indices;
 //   torch_pjrt_max_pool2d_backward(grad_y, x, indices) -> grad_x.
-// Attributes: kernel, stride, padding, dilation (i64 arrays), ceil_mode (i64).
+// Attributes: kernel, stride, padding, dilation (i64 arrays), ceil_mode (i64); channels_last (i64)
+// when x, y, the indices and the gradients are [N, H, W, C] arrays.
 #include <ATen/ATen.h>
 
 #include "host_kernels/host_kernels.h"
@@ -25,8 +26,8 @@ PoolArgs ReadPoolArgs(const XLA_FFI_CallFrame* frame) {
 XLA_FFI_Error* MaxPool2d(XLA_FFI_CallFrame* frame) {
   return RunHandler(frame, "torch_pjrt_max_pool2d", [frame] {
     PoolArgs a = ReadPoolArgs(frame);
-    at::Tensor y = Ret(frame, 0), indices = Ret(frame, 1);
-    at::max_pool2d_with_indices_out(y, indices, Arg(frame, 0), a.kernel, a.stride, a.padding, a.dilation,
+    at::Tensor y = ActivationRet(frame, 0), indices = ActivationRet(frame, 1);
+    at::max_pool2d_with_indices_out(y, indices, ActivationArg(frame, 0), a.kernel, a.stride, a.padding, a.dilation,
                                     a.ceil_mode);
   });
 }
@@ -34,9 +35,9 @@ XLA_FFI_Error* MaxPool2d(XLA_FFI_CallFrame* frame) {
 XLA_FFI_Error* MaxPool2dBackward(XLA_FFI_CallFrame* frame) {
   return RunHandler(frame, "torch_pjrt_max_pool2d_backward", [frame] {
     PoolArgs a = ReadPoolArgs(frame);
-    at::Tensor grad_x = Ret(frame, 0);
-    at::max_pool2d_with_indices_backward_out(grad_x, Arg(frame, 0), Arg(frame, 1), a.kernel, a.stride, a.padding,
-                                             a.dilation, a.ceil_mode, Arg(frame, 2));
+    at::Tensor grad_x = ActivationRet(frame, 0);
+    at::max_pool2d_with_indices_backward_out(grad_x, ActivationArg(frame, 0), ActivationArg(frame, 1), a.kernel,
+                                             a.stride, a.padding, a.dilation, a.ceil_mode, ActivationArg(frame, 2));
   });
 }
 

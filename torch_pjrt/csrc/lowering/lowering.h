@@ -107,8 +107,6 @@ struct OpLowering {
   // Arguments the op writes although its schema has no (a!) annotation (native_batch_norm's
   // running stats). The lowering returns their new values after the op's own results.
   std::vector<int> extra_mutations;
-  // Op whose Meta kernel gives this op's output shapes, when its own has none.
-  std::string meta_op;
   // Index-list ops whose boolean-mask indices make the result depend on data: such calls take
   // the CPU path.
   bool integer_indices_only = false;

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "lowering/helpers.h"
+#include "lowering/host_calls.h"
 
 namespace torch_pjrt::lowering {
 
@@ -159,7 +160,9 @@ std::vector<Val> LowerConvolution(LowerCtx& c) {
   Val y;
   if (UseHostConvolution(c.e, x, w, t)) {
     Dims output_padding = Expand(c.int_list(7), spatial, 0);
-    y = c.e.FfiCall("torch_pjrt_conv", {x, w}, {c.out()}, HostConvAttrs(p, c.bool_arg(6), output_padding))[0];
+    y = CallHostKernel(c.e, "torch_pjrt_conv", {{x, true}, {w, false}}, {{c.out(), true}},
+                       HostConvAttrs(p, c.bool_arg(6), output_padding),
+                       ConvPrefersChannelsLast(x.type, w.type, c.out()))[0];
   } else if (c.bool_arg(6)) {  // transposed: the input-gradient of a convolution with this weight
     Dims out_spatial(c.out().dims.begin() + 2, c.out().dims.end());
     y = ConvGradInput(c.e, xc, wc, out_spatial, p, acc);
@@ -183,7 +186,9 @@ std::vector<Val> LowerConvolutionBackward(LowerCtx& c) {
     std::string attrs = HostConvAttrs(p, transposed, Expand(c.int_list(7), spatial, 0)) +
                         ", grad_input = " + std::to_string(mask[0]) + " : i64, grad_weight = " +
                         std::to_string(mask[1]) + " : i64";
-    std::vector<Val> grads = c.e.FfiCall("torch_pjrt_conv_backward", {g, x, w}, {x.type, w.type}, attrs);
+    std::vector<Val> grads = CallHostKernel(c.e, "torch_pjrt_conv_backward", {{g, true}, {x, true}, {w, false}},
+                                            {{x.type, true}, {w.type, false}}, attrs,
+                                            ConvPrefersChannelsLast(x.type, w.type, g.type));
     if (mask[0]) out[0] = grads[0];
     if (mask[1]) out[1] = grads[1];
     mask[0] = mask[1] = 0;
@@ -612,8 +617,8 @@ std::vector<Val> LowerMseLossBackward(LowerCtx& c) {
 
 void RegisterNNOps(Registry& r) {
   // PrivateUse1 receives convolutions as convolution_overrideable, which has no Meta kernel of
-  // its own: aten::convolution has the same arguments and computes the same shapes.
-  r.Add("convolution_overrideable", LowerConvolution).meta_op = "convolution";
+  // its own: its shapes and strides come from aten/meta_overrides.cc.
+  r.Add("convolution_overrideable", LowerConvolution);
   r.Add("convolution_backward_overrideable", LowerConvolutionBackward);
   // native_batch_norm updates running_mean/var in place without saying so in its schema.
   r.Add("native_batch_norm", LowerNativeBatchNorm).extra_mutations = {3, 4};

@@ -12,6 +12,7 @@
 #include <limits>
 #include <tuple>
 
+#include "lowering/host_calls.h"
 #include "lowering/spatial.h"
 
 namespace torch_pjrt::lowering {
@@ -135,7 +136,8 @@ std::vector<Val> LowerMaxPool(LowerCtx& c) {
   Val x = c.tensor(0);
   PoolArgs p = ReadPoolArgs(c, n, 1, 2, 3, 4);
   if (UseHostMaxPool(c.e, n, x) && NumElements(c.out(0).dims) > 0) {
-    return c.e.FfiCall("torch_pjrt_max_pool2d", {x}, {c.out(0), c.out(1)}, HostPoolAttrs(p, c.bool_arg(5)));
+    return CallHostKernel(c.e, "torch_pjrt_max_pool2d", {{x, true}}, {{c.out(0), true}, {c.out(1), true}},
+                          HostPoolAttrs(p, c.bool_arg(5)), /*channels_last=*/true);
   }
   Window w = PoolWindow(x, n, p.kernel, p.stride, p.padding, p.dilation, Trailing(c.out(0).dims, n));
   if (NumElements(c.out(0).dims) == 0) {
@@ -228,7 +230,8 @@ std::vector<Val> LowerMaxPoolBackward(LowerCtx& c) {
   if (x.numel() == 0 || g.numel() == 0) return {e.Full(0, c.out())};
   PoolArgs p = ReadPoolArgs(c, n, 2, 3, 4, 5);
   if (UseHostMaxPool(e, n, x) && g.dtype() == ElementType::kF32) {
-    return e.FfiCall("torch_pjrt_max_pool2d_backward", {g, x, idx}, {c.out()}, HostPoolAttrs(p, c.bool_arg(6)));
+    return CallHostKernel(e, "torch_pjrt_max_pool2d_backward", {{g, true}, {x, true}, {idx, true}}, {{c.out(), true}},
+                          HostPoolAttrs(p, c.bool_arg(6)), /*channels_last=*/true);
   }
   ElementType acc = Opmath(c.out().dtype);
   int64_t lead = x.rank() - n;
