@@ -243,6 +243,39 @@ def test_long_row_sums_are_dots_on_the_cpu_plugin(tmp_path):
     assert "applies stablehlo.add across dimensions = [2]" in text  # short rows
 
 
+def test_full_sums_are_split_into_dots_on_the_cpu_plugin(tmp_path):
+    """With fast_reductions=False, a sum of a whole large tensor (a loss over images, a gradient
+    norm) is [n / k, k] x ones[k] and a sum of the n / k partial sums, k the first divisor of n
+    from 4096 on (2M floats: 2.6 ms as one [1, n] product, 0.2 ms split); a length with no such
+    divisor stays a reduction. Results equal CPU eager's, NaN and infinities included."""
+    import torch
+    from helpers import assert_close
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 8, 32, 32)  # 524288 = 128 x 4096
+    special = x.clone()
+    special[3, 2, 1, 0], special[9, 1, 2, 3] = float("inf"), float("inf")
+    with_nan = x.clone()
+    with_nan[60, 7, 31, 31] = float("nan")
+    prime = torch.randn(10007)
+    cases = {"sum": (x, lambda t: t.sum()), "mean": (x, lambda t: t.mean()), "squares": (x, lambda t: (t * t).sum()),
+             "norm": (x, lambda t: t.norm()), "float64": (x.double(), lambda t: t.sum()),
+             "inf": (special, lambda t: t.sum()), "nan": (with_nan, lambda t: t.sum()),
+             "keepdim": (x, lambda t: t.view(1, -1).sum(1, keepdim=True)), "prime length": (prime, lambda t: t.sum())}
+    with dumping_graphs(tmp_path):
+        results = {name: fn(t.to("pjrt")).cpu() for name, (t, fn) in cases.items()}
+    for name, (t, fn) in cases.items():
+        assert_close(results[name], fn(t), atol=1e-3, rtol=1e-5, equal_nan=True, msg=name)
+    text = dumped_text(tmp_path)
+    # A graph is dumped when it compiles: sum, mean, squares, float64 and keepdim (inf and nan
+    # reuse the sum's graph).
+    assert text.count("stablehlo.dot_general") >= 5, text.count("stablehlo.dot_general")
+    assert "(tensor<128x4096xf32>, tensor<4096xf32>) -> tensor<128xf32>" in text
+    assert "(tensor<128x4096xf64>, tensor<4096xf64>) -> tensor<128xf64>" in text
+    assert "applies stablehlo.add across dimensions = [0] : (tensor<10007xf32>" in text
+    assert "tensor<1x524288xf32>, tensor<524288xf32>" not in text
+
+
 def test_leading_dim_reductions_stay_two_dimensional_on_the_cpu_plugin(tmp_path):
     """With fast_reductions=False, a reduction over leading dimensions (a bias gradient: a
     [16, 64, N] gradient summed over (0, 1)) is emitted over one merged dimension behind an

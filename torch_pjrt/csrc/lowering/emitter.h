@@ -199,6 +199,7 @@ class Emitter {
   // A float sum over x's trailing dims as a dot with ones (fast_reductions false), else an
   // invalid Val.
   Val RowSumAsDot(const Val& x, const Val& init, const Dims& dims);
+  Val SumOfOneRow(const Val& row, const Val& init, const Dims& kept);
   // The operand of a 2-D transpose emitted by this emitter (invalid Val if `v` is not one).
   Val TransposeSource(const Val& v) const;
   // The precision attribute's value for a dot/convolution on `operand_type` ("" for none).
