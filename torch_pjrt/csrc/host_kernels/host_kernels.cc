@@ -48,6 +48,7 @@ at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i) {
 bool ChannelsLast(const XLA_FFI_CallFrame* frame) { return runtime::FfiIntAttr(frame, "channels_last", 0) != 0; }
 
 namespace {
+// [N, H, W, C] -> [N, C, H, W] (the lowering marks only 4-d activations channels-last).
 at::Tensor ChannelsFirstView(const XLA_FFI_CallFrame* frame, at::Tensor t) {
   return ChannelsLast(frame) ? t.permute({0, 3, 1, 2}) : t;
 }

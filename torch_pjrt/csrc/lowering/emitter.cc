@@ -597,8 +597,8 @@ Val Emitter::RowSumAsDot(const Val& x, const Val& init, const Dims& dims) {
   return Binary("add", s, BroadcastInDim(init, g.kept, {}));
 }
 
-// The sum of a long vector `row` (reshaped to `kept`, all ones) as [row / k, k] x ones[k] and a sum of
-// the row / k partial sums, k the first divisor of the length from 4096 on: a full sum of 2M
+// The sum of the n elements of vector `row`, shaped as `kept` (all ones), as [n / k, k] x ones[k]
+// and a sum of the n / k partial sums, k the first divisor of n from 4096 on: a full sum of 2M
 // floats took 2.6 ms as one [1, 2M] product (XLA materializes the 8 MB ones vector) and 1.0 ms as
 // a reduction, 0.2 ms this way (eager 0.06). XLA:CPU fuses a product with a shorter ones vector
 // into a scalar loop, which ran [2048, 1024] x ones[1024] at 1.0 ms. Invalid Val: no such divisor.
@@ -612,12 +612,13 @@ Val Emitter::SumOfOneRow(const Val& row, const Val& init, const Dims& kept) {
   return Reshape(Reduce(partials, init, {0}, "add"), kept);
 }
 
-// Adjacent reduced dimensions are merged into one (GroupReducedDims). Where reductions are slow (fast_reductions false), a reduction over leading dimensions then
-// reads its operand through an optimization barrier: XLA:CPU otherwise folds the reshapes back,
-// and its tree-reduction rewrite windows each reduced dimension separately. A linear layer's
-// bias gradient, [16, 64, 512] summed over (0, 1), took 0.71 ms that way and 0.13-0.17 ms as
-// [1024, 512] summed over 0 (docs/design.md, "Column reductions"). The barrier costs the fusion
-// of the operand's producer into the reduction; rows (the minor dimension) are left alone.
+// Adjacent reduced dimensions are merged into one (GroupReducedDims). Where reductions are slow
+// (fast_reductions false), a reduction over leading dimensions then reads its operand through an
+// optimization barrier: XLA:CPU otherwise folds the reshapes back, and its tree-reduction rewrite
+// windows each reduced dimension separately. A linear layer's bias gradient, [16, 64, 512] summed
+// over (0, 1), took 0.71 ms that way and 0.13-0.17 ms as [1024, 512] summed over 0
+// (docs/design.md, "Column reductions"). The barrier costs the fusion of the operand's producer
+// into the reduction; rows (the minor dimension) are left alone.
 Val Emitter::RawReduce(const Val& x, const Val& init, const Dims& dims, std::string_view op) {
   // XLA:CPU windows (rewrites) only a reduced dimension of more than this many elements.
   constexpr int64_t kTreeReductionWindow = 32;

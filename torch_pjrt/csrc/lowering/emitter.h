@@ -199,6 +199,8 @@ class Emitter {
   // A float sum over x's trailing dims as a dot with ones (fast_reductions false), else an
   // invalid Val.
   Val RowSumAsDot(const Val& x, const Val& init, const Dims& dims);
+  // A float sum of a whole vector in two stages, the first a dot (fast_reductions false), else
+  // an invalid Val.
   Val SumOfOneRow(const Val& row, const Val& init, const Dims& kept);
   // The operand of a 2-D transpose emitted by this emitter (invalid Val if `v` is not one).
   Val TransposeSource(const Val& v) const;
