@@ -600,8 +600,9 @@ Val Emitter::RowSumAsDot(const Val& x, const Val& init, const Dims& dims) {
 // The sum of the n elements of vector `row`, shaped as `kept` (all ones), as [n / k, k] x ones[k]
 // and a sum of the n / k partial sums, k the first divisor of n from 4096 on: a full sum of 2M
 // floats took 2.6 ms as one [1, 2M] product (XLA materializes the 8 MB ones vector) and 1.0 ms as
-// a reduction, 0.2 ms this way (eager 0.06). XLA:CPU fuses a product with a shorter ones vector
-// into a scalar loop, which ran [2048, 1024] x ones[1024] at 1.0 ms. Invalid Val: no such divisor.
+// a reduction, 0.2 ms this way (eager 0.06). With a shorter ones vector XLA:CPU fused the product
+// into a scalar loop: that [64, 32, 32, 32] tensor as [2048, 1024] x ones[1024] took 1.0 ms.
+// Invalid Val: no such divisor.
 Val Emitter::SumOfOneRow(const Val& row, const Val& init, const Dims& kept) {
   constexpr int64_t kMinDotRow = 4096, kMaxDotRow = 65536;
   int64_t n = row.dims()[0], k = kMinDotRow;
