@@ -11,7 +11,8 @@ README advises) or of the model for inference.
 Each (model, mode, backend) runs in its own process with an empty pjrt compile cache. Reported:
 steps/s (median over the steps after the first three), the first two steps' times (compiles),
 peak RSS, and for pjrt (both ways) the executions per step after warm-up and the CPU fallbacks. `inductor`
-is torch.compile(model) on the CPU (the optimizer runs eagerly). Ratios are against CPU eager
+is torch.compile(model) on the CPU for training (the optimizer runs eagerly) and the whole inference
+step (forward and the sum that is read) for inference, as is `torch.compile(backend="pjrt")`. Ratios are against CPU eager
 from the same run; machines differ, so compare ratios, not times, across runs.
 """
 
@@ -60,18 +61,23 @@ def measure(backend, name, mode, steps):
         torch._dynamo.config.allow_rnn = True
     torch.manual_seed(0)
     model, batch, loss_fn = builders()[name](device)
-    run_model = torch.compile(model) if backend == "inductor" else model
-    if compiled and mode == "infer":
-        run_model = torch.compile(model, backend="pjrt")
+    run_model = torch.compile(model) if backend == "inductor" and mode == "train" else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=compiled) if mode == "train" else None
     if mode == "infer":
         model.eval()
 
+    def forward_sum(x):  # an inference step: the forward and the sum that is read
+        return model(x).float().sum()
+
+    # Compiled inference compiles the whole step, so its sum is in the same graph as the forward
+    # (as in the lazy path's one execution).
+    if mode == "infer" and (compiled or backend == "inductor"):
+        forward_sum = torch.compile(forward_sum, backend="pjrt" if compiled else "inductor")
+
     def run_step():
         if opt is None:
             with torch.no_grad():
-                out = run_model(batch[0])
-            return out.float().sum()
+                return forward_sum(batch[0])
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(run_model, *batch)
         loss.backward()
@@ -130,7 +136,8 @@ def table(results, args):
         f"Produced by `.venv/bin/python bench/models.py` on {date.today()} ({platform.machine()}, "
         f"{os.cpu_count()} cores), {args.steps} steps per run, each run its own process with an empty "
         "compile cache (the cached column: a second pjrt process on the cache the first filled). Steps/s is the median over steps 4 and later; `/ eager` is the ratio to CPU "
-        "eager in this run; `inductor` is torch.compile(model) on the CPU. Training uses AdamW; "
+        "eager in this run; `inductor` is torch.compile(model) on the CPU (for inference, the whole step: "
+        "the forward and the sum that is read). Training uses AdamW; "
         "inference is a no_grad forward. pjrt executions are per step after warm-up.",
         "",
         "| model | mode | pjrt steps/s | eager | inductor | pjrt / eager | pjrt / inductor | "
@@ -163,7 +170,7 @@ def first_steps(r):
 def compiled_table(results):
     """torch.compile(backend="pjrt") against the lazy path, eager and inductor of the same run."""
     lines = ["", "`torch.compile(backend=\"pjrt\")`: the whole training step (AdamW with `capturable=True`) or "
-             "the model's forward, traced once per graph and then replayed; `torch._dynamo.config.allow_rnn` "
+             "the inference step (the forward and the sum that is read), traced once per graph and then replayed; `torch._dynamo.config.allow_rnn` "
              "is set (the inductor column runs without it: Dynamo then runs nn.LSTM eagerly).", "",
              "| model | mode | compiled steps/s | / lazy pjrt | / eager | / inductor | steps 1, 2 (s) | "
              "step 1, cached (s) | executions / step | fallbacks | peak RSS (MB) |",
