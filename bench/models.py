@@ -3,17 +3,17 @@ transformers GPT-2, BERT, Llama and T5, timm ResNet-18, ViT and MobileNetV3 and 
 model, and inference of the three vision models. The models are those of tests/test_models.py
 (bench/real_models.py: small configs, random weights, no downloads). `pjrt-compiled` is
 torch.compile(backend="pjrt") of the whole training step (with AdamW(capturable=True), as the
-README advises) or of the model for inference.
+README advises) or of the inference step (the forward and the sum that is read).
 
     .venv/bin/python bench/models.py                  # writes bench/models_results.md and .json
     .venv/bin/python bench/models.py --only gpt2 resnet18 --skip-inductor --steps 8
 
 Each (model, mode, backend) runs in its own process with an empty pjrt compile cache. Reported:
 steps/s (median over the steps after the first three), the first two steps' times (compiles),
-peak RSS, and for pjrt (both ways) the executions per step after warm-up and the CPU fallbacks. `inductor`
-is torch.compile(model) on the CPU for training (the optimizer runs eagerly) and the whole inference
-step (forward and the sum that is read) for inference, as is `torch.compile(backend="pjrt")`. Ratios are against CPU eager
-from the same run; machines differ, so compare ratios, not times, across runs.
+peak RSS, and for pjrt (both ways) the executions per step after warm-up and the CPU fallbacks.
+`inductor` is torch.compile on the CPU of the model for training (the optimizer runs eagerly) and
+of the whole inference step, like `pjrt-compiled`. Ratios are against CPU eager from the same
+run; machines differ, so compare ratios, not times, across runs.
 """
 
 import argparse

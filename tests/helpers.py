@@ -1,4 +1,6 @@
 """Shared test helpers."""
+import contextlib
+import glob
 import os
 import subprocess
 import sys
@@ -38,6 +40,21 @@ def to_pjrt(x, device=DEVICE):
 
 def assert_close(actual, expected, **kw):
     torch.testing.assert_close(to_cpu(actual), expected, **kw)
+
+
+@contextlib.contextmanager
+def dumping_graphs(directory):
+    """Dumps the StableHLO of every graph compiled in this process inside the block."""
+    torch.pjrt.set_dump_dir(str(directory))
+    try:
+        yield
+    finally:
+        torch.pjrt.set_dump_dir(None)
+
+
+def dumped_text(directory):
+    """The StableHLO of every graph dumped to `directory`, concatenated."""
+    return "".join(open(p).read() for p in glob.glob(os.path.join(str(directory), "*.mlir")))
 
 
 class Counters:

@@ -1,35 +1,16 @@
 """Capabilities change how ops are lowered and which dtypes are allowed; results stay those of
 CPU eager. Each test starts a process with a plugin given by path (the CPU .so) and the
 capabilities under test, since they are fixed once the client starts."""
-import contextlib
-import glob
 import json
 import os
 
-from helpers import run_python
+from helpers import dumped_text, dumping_graphs, run_python
 
 
 def cpu_plugin_library():
     import xla_plugins.xla_cpu_pjrt as pkg
 
     return os.path.join(list(pkg.__path__)[0], "xla_cpu_pjrt.so")
-
-
-@contextlib.contextmanager
-def dumping_graphs(directory):
-    """Dumps the StableHLO of every graph compiled in this process inside the block."""
-    import torch
-
-    torch.pjrt.set_dump_dir(str(directory))
-    try:
-        yield
-    finally:
-        torch.pjrt.set_dump_dir(None)
-
-
-def dumped_text(directory):
-    """The StableHLO of every graph dumped to `directory`, concatenated."""
-    return "".join(open(p).read() for p in glob.glob(os.path.join(str(directory), "*.mlir")))
 
 
 def run_with_capabilities(code, capabilities):

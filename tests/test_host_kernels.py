@@ -3,13 +3,13 @@ pooling run as torch's own CPU kernels inside the compiled program, through XLA 
 (csrc/host_kernels/). The results are eager's; the XLA lowerings stay for other dtypes and
 plugins, and are still tested here with the capability switched off."""
 import copy
-import glob
 import os
 import subprocess
 import sys
 
 import torch
 import torch.nn.functional as F
+from helpers import dumped_text, dumping_graphs
 
 HERE = os.path.dirname(__file__)
 
@@ -20,8 +20,7 @@ def test_cpu_plugin_declares_host_kernels():
 
 def test_convolutions_run_as_host_kernels_and_equal_eager(tmp_path):
     torch.pjrt.synchronize()
-    torch.pjrt.set_dump_dir(str(tmp_path))
-    try:
+    with dumping_graphs(tmp_path):
         torch.manual_seed(0)
         x = torch.randn(2, 3, 10, 9, requires_grad=True)
         w = torch.randn(6, 3, 3, 3, requires_grad=True)
@@ -32,12 +31,10 @@ def test_convolutions_run_as_host_kernels_and_equal_eager(tmp_path):
         yp = F.conv2d(xp, wp, bp, stride=2, padding=1)
         (yp * yp).sum().backward()
         results = [t.cpu() for t in (yp, xp.grad, wp.grad, bp.grad)]
-    finally:
-        torch.pjrt.set_dump_dir(None)
     # The very kernels eager runs: the convolution and its gradients agree to rounding.
     for got, want in zip(results, (y, x.grad, w.grad, b.grad)):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
-    text = "".join(open(p).read() for p in glob.glob(os.path.join(tmp_path, "*.mlir")))
+    text = dumped_text(tmp_path)
     assert "stablehlo.custom_call @torch_pjrt_conv(" in text
     assert "stablehlo.custom_call @torch_pjrt_conv_backward(" in text
     assert "stablehlo.convolution" not in text
@@ -46,11 +43,10 @@ def test_convolutions_run_as_host_kernels_and_equal_eager(tmp_path):
 
 def test_max_pooling_runs_as_host_kernels_and_equals_eager(tmp_path):
     torch.pjrt.synchronize()
-    torch.pjrt.set_dump_dir(str(tmp_path))
     x = torch.randn(2, 3, 11, 10)
     x[0, 0, 2, 3], x[1, 2, 5, 5] = float("nan"), -float("inf")
     results = []
-    try:
+    with dumping_graphs(tmp_path):
         for kwargs in (dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=3, stride=1, padding=1, dilation=2),
                        dict(kernel_size=2, stride=2, ceil_mode=True)):
             xp = x.to("pjrt").requires_grad_()
@@ -60,12 +56,10 @@ def test_max_pooling_runs_as_host_kernels_and_equals_eager(tmp_path):
             yc, ic = F.max_pool2d(xc, return_indices=True, **kwargs)
             (yc * torch.arange(yc.numel()).view_as(yc)).sum().backward()
             results.append(((yp.cpu(), ip.cpu(), xp.grad.cpu()), (yc, ic, xc.grad)))
-    finally:
-        torch.pjrt.set_dump_dir(None)
     for got, want in results:
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
-    text = "".join(open(p).read() for p in glob.glob(os.path.join(tmp_path, "*.mlir")))
+    text = dumped_text(tmp_path)
     assert "stablehlo.custom_call @torch_pjrt_max_pool2d(" in text
     assert "stablehlo.custom_call @torch_pjrt_max_pool2d_backward(" in text
     assert "reduce_window" not in text
@@ -99,14 +93,11 @@ def test_small_kernels_run_inline_and_large_ones_on_the_kernel_thread():
 
 def test_half_precision_convolutions_keep_the_xla_lowering(tmp_path):
     torch.pjrt.synchronize()
-    torch.pjrt.set_dump_dir(str(tmp_path))
-    try:
+    with dumping_graphs(tmp_path):
         x, w = torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)
         got = F.conv2d(x.to("pjrt", torch.bfloat16), w.to("pjrt", torch.bfloat16)).float().cpu()
-    finally:
-        torch.pjrt.set_dump_dir(None)
     torch.testing.assert_close(got, F.conv2d(x, w), rtol=0.05, atol=0.1)
-    text = "".join(open(p).read() for p in glob.glob(os.path.join(tmp_path, "*.mlir")))
+    text = dumped_text(tmp_path)
     assert "stablehlo.convolution" in text and "torch_pjrt_conv" not in text
 
 
@@ -144,8 +135,7 @@ def test_activations_travel_channels_last(tmp_path):
         torch.nn.AdaptiveAvgPool2d(2), torch.nn.Conv2d(64, 64, 3, padding=1))  # the last: weight-heavy
     inputs = [torch.randn(2, 3, 24, 20), torch.randn(2, 3, 24, 20).contiguous(memory_format=torch.channels_last)]
     torch.pjrt.synchronize()
-    torch.pjrt.set_dump_dir(str(tmp_path))
-    try:
+    with dumping_graphs(tmp_path):
         for x in inputs:
             want = net(x.requires_grad_())
             (want * want).sum().backward()
@@ -161,11 +151,10 @@ def test_activations_travel_channels_last(tmp_path):
                 torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-4)
             assert got.is_contiguous(memory_format=torch.channels_last) == want.is_contiguous(
                 memory_format=torch.channels_last)
-    finally:
-        torch.pjrt.set_dump_dir(None)
-    text = "".join(open(p).read() for p in glob.glob(os.path.join(tmp_path, "*.mlir")))
+    text = dumped_text(tmp_path)
     for target in ("torch_pjrt_max_pool2d", "torch_pjrt_max_pool2d_backward"):
-        assert host_calls(text, target) and all("channels_last = 1" in c for c in host_calls(text, target)), target
+        calls = host_calls(text, target)
+        assert calls and all("channels_last = 1" in c for c in calls), target
     for target in ("torch_pjrt_conv", "torch_pjrt_conv_backward"):
         calls = host_calls(text, target)
         # Per graph: the first four convolutions channels-last, the weight-heavy last one not.

@@ -8,9 +8,10 @@ constexpr int64_t kChannelsLastRank = 4;
 const Dims kToChannelsLast{0, 2, 3, 1};
 const Dims kToChannelsFirst{0, 3, 1, 2};
 
-TensorType ChannelsLastType(TensorType t) {
-  t.dims = {t.dims[0], t.dims[2], t.dims[3], t.dims[1]};
-  return t;
+TensorType ChannelsLastType(const TensorType& t) {
+  TensorType out{t.dtype, {}};
+  for (int64_t d : kToChannelsLast) out.dims.push_back(t.dims[d]);
+  return out;
 }
 
 bool ActivationsAre4d(const std::vector<HostOperand>& operands) {
