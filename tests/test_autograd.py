@@ -5,6 +5,7 @@ and module hooks, activation checkpointing, retain_grad, a training step that is
 and custom ops with pjrt and autograd kernels (the code of docs/custom_ops.md, run as written)."""
 import os
 import re
+import threading
 import warnings
 
 import pytest
@@ -320,6 +321,17 @@ def test_checkpoint_recomputes_the_same_dropout_mask(use_reentrant, device):
 
 
 # retain_grad -----------------------------------------------------------------------------------
+
+def test_backward_runs_in_the_calling_thread():
+    """A pjrt backward is host work: its nodes run in the thread that called backward (as for
+    torch's CPU and lazy devices), not in an autograd worker thread woken for the device."""
+    x = torch.randn(4, device="pjrt", requires_grad=True)
+    threads = []
+    x.register_hook(lambda grad: threads.append(threading.get_ident()))
+    (x.sin() * 2).sum().backward()
+    assert threads == [threading.get_ident()]
+    torch.testing.assert_close(x.grad.cpu(), 2 * x.detach().cpu().cos())
+
 
 def test_retain_grad_of_non_leaf():
     def program(device):

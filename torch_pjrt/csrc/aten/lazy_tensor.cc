@@ -1,6 +1,7 @@
 #include "aten/lazy_tensor.h"
 
 #include <ATen/EmptyTensor.h>
+#include <c10/core/AutogradState.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 
@@ -126,7 +127,27 @@ std::pair<uint64_t, uint64_t> ReserveRandomOffsets(at::Generator gen, uint64_t i
   return {impl->current_seed(), offset};
 }
 
+namespace {
+
+// Backward passes of a thread that makes pjrt tensors run in that thread, as torch runs those of
+// the CPU and of its own lazy device (kLazy). A pjrt backward is host work (tracing, or handing
+// buffers to a captured executable): the autograd engine's per-device worker thread buys no
+// overlap, and waking it costs two thread handoffs per backward. While an execution keeps every
+// core busy (a compiled forward in flight, or the previous lazy step) each handoff waits for a
+// scheduler slice: a compiled MLP backward took 2.9-3.6 ms instead of 0.35. It is the thread's
+// autograd state, set once per thread; torch.autograd.set_multithreading_enabled(True) restores
+// torch's default. Threads that never make a pjrt tensor keep torch's default.
+void RunBackwardsInThisThread() {
+  thread_local bool done = false;
+  if (done) return;
+  c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+  done = true;
+}
+
+}  // namespace
+
 c10::Storage NewStorage(size_t nbytes, c10::DeviceIndex device) {
+  RunBackwardsInThisThread();
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), nbytes, AllocateLazyStorage(nbytes, device),
       c10::GetAllocator(c10::DeviceType::PrivateUse1), /*resizable=*/true));
