@@ -264,16 +264,24 @@ def test_an_execution_failing_after_launch_is_reported_once_and_spoils_nothing_e
 
 # ---------------------------------------------------------------------------------- compile logging
 
-def test_compile_logging_never_changes_what_backward_does():
-    out = run_python("""
+@pytest.mark.parametrize("engine_threads", [False, True])
+def test_compile_logging_never_changes_what_backward_does(engine_threads):
+    out = run_python(f"""
         import torch
         torch.pjrt.set_fallback_warnings(False)
         x = torch.randn(8, 8, device="pjrt", requires_grad=True)
-        torch.pjrt.set_max_pending_nodes(3)  # compiles forced on the autograd engine's thread
+        # pjrt backwards run in the calling thread; torch's default runs them on the autograd
+        # engine's device thread, which has no Python frames
+        torch.autograd.set_multithreading_enabled({engine_threads})
+        torch.pjrt.set_max_pending_nodes(3)  # compiles forced inside the backward
         y = (x.sin().cos() * 2).exp()
         y = torch.nn.functional.logsigmoid(y)  # no lowering: a CPU fallback inside backward
         y.sum().backward()
         print("grad", tuple(x.grad.cpu().shape))
     """, env={"TORCH_PJRT_LOG_COMPILES": "1", "TORCH_PJRT_DISK_CACHE": "0"})
     assert "grad (8, 8)" in out.stdout
-    assert "autograd engine" in out.stderr  # the log says where the compile came from
+    # the log says where the compile came from
+    if engine_threads:
+        assert "autograd engine" in out.stderr
+    else:
+        assert "forced at <string>:11 in <module>" in out.stderr  # the backward() line

@@ -208,3 +208,38 @@ def test_execution_is_asynchronous():
     assert stream.query()
     torch.testing.assert_close(y.cpu(), chain(x.cpu()), rtol=1e-3, atol=1e-4)
     assert z.item() == pytest.approx((x.cpu() + 1).sum().item(), rel=1e-4)
+
+def test_a_repeated_read_of_unchanged_buffers_cuts_no_graph():
+    """transformers checks `attention_mask.all()` in every forward: after the first step, the read
+    is answered from the first read's result (the mask's buffer is the same), so the rest of the
+    step stays one graph. Written, replaced or random inputs are read afresh."""
+    mask_cpu = torch.ones(4, 8, dtype=torch.long)
+    mask = mask_cpu.to("pjrt")
+    w = torch.randn(8, 8).to("pjrt")
+
+    def step(m):
+        h = w * 2
+        if not bool(m.bool().all()):  # the model's branch on a value of its input
+            h = h.masked_fill(m[:1].bool().logical_not(), 0.0)
+        return h.sum()
+
+    expected = (w.cpu() * 2).sum()
+    for i in range(3):
+        with Counters() as c:
+            total = step(mask).item()
+        torch.testing.assert_close(total, expected.item())
+        if i == 2:
+            assert c["RememberedReads"] >= 1 and c["Executions"] <= 1
+    mask[0, 0] = 0  # a new buffer: the read runs again and sees the zero
+    mask_cpu[0, 0] = 0
+    with Counters() as c:
+        assert bool(mask.bool().all()) is False
+    assert c["RememberedReads"] == 0
+    torch.testing.assert_close(step(mask).item(), (w.cpu() * 2).masked_fill(
+        mask_cpu[:1].bool().logical_not(), 0.0).sum().item())
+    draws = [torch.rand(3, device="pjrt").sum().item() for _ in range(3)]
+    assert len(set(draws)) == 3  # seeds are value scalars: random reads never repeat
+    x = torch.zeros(2).to("pjrt")
+    for i in range(3):  # same program, new buffers each time
+        x = x + 1
+        assert x.sum().item() == 2 * (i + 1)

@@ -6,6 +6,7 @@
 #include "aten/torch_errors.h"
 #include "graph/index_checks.h"
 #include "graph/metrics.h"
+#include "graph/read_memo.h"
 #include "runtime/runtime.h"
 
 namespace torch_pjrt::aten {
@@ -36,7 +37,7 @@ at::Tensor Standalone(const at::Tensor& t) {
 std::shared_ptr<runtime::Buffer> MaterializedBuffer(const at::Tensor& t, graph::SyncCause cause) {
   graph::GraphLock lock;
   graph::LazyStorage* s = StorageOf(t);
-  if (s->has_pending()) graph::SyncDevice(s->device(), cause);
+  if (s->has_pending()) graph::SyncForRead(s, cause);
   DeferredErrorPtr failure = graph::ResolveIndexChecks(s->device());
   if (s->error()) RaiseTorchError(*s->error());
   if (s->has_buffer() && s->buffer()->poison()) RaiseTorchError(*s->buffer()->poison());

@@ -49,6 +49,7 @@ const char* Metrics::Name(Counter c) {
     case Counter::kFallbackOps: return "FallbackOps";
     case Counter::kGraphsCaptured: return "GraphsCaptured";
     case Counter::kGraphReplays: return "GraphReplays";
+    case Counter::kRememberedReads: return "RememberedReads";
     default: return "?";
   }
 }

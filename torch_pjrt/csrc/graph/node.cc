@@ -32,6 +32,15 @@ uint64_t HashType(uint64_t h, const TensorType& t) {
   return h;
 }
 
+uint64_t HashArgs(uint64_t h, const ArgList& args, const ArgPool& pool) {
+  for (const Arg& a : args) {
+    h = HashMix(h, static_cast<uint64_t>(a.kind) | (static_cast<uint64_t>(a.start) << 8));
+    h = HashMix(HashMix(h, a.len), static_cast<uint64_t>(a.payload));
+  }
+  for (int64_t p : pool) h = HashMix(h, static_cast<uint64_t>(p));
+  return h;
+}
+
 NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList args, ArgPool pool,
                    std::vector<TensorType> outputs) {
   Node* n = new Node();
@@ -45,11 +54,7 @@ NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList
     n->inputs.push_back(Input{v.node.get(), v.index});
     h = HashMix(HashMix(h, v.node->hash), v.index);
   }
-  for (const Arg& a : args) {
-    h = HashMix(h, static_cast<uint64_t>(a.kind) | (static_cast<uint64_t>(a.start) << 8));
-    h = HashMix(HashMix(h, a.len), static_cast<uint64_t>(a.payload));
-  }
-  for (int64_t p : pool) h = HashMix(h, static_cast<uint64_t>(p));
+  h = HashArgs(h, args, pool);
   // Output types: op, args and input types determine them in theory, but they come from torch's
   // Meta kernels, which also read global state (the default dtype for Python-number promotion),
   // and the lowering converts its result to them. Two nodes are the same only if they agree.

@@ -113,6 +113,8 @@ inline uint64_t HashMix(uint64_t h, uint64_t v) {
   return h;
 }
 uint64_t HashType(uint64_t h, const TensorType& t);
+// An op node's arguments and argument pool mixed into `h`.
+uint64_t HashArgs(uint64_t h, const ArgList& args, const ArgPool& pool);
 
 // Creates an op node. `inputs` are retained; the hash covers op, args and inputs.
 NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList args, ArgPool pool,

@@ -13,6 +13,7 @@
 #include "graph/compile_cache.h"
 #include "graph/executor.h"
 #include "graph/metrics.h"
+#include "graph/read_memo.h"
 #include "hooks/generator.h"
 #include "lowering/lowering.h"
 #include "runtime/executable.h"
@@ -139,6 +140,7 @@ void Shutdown() {
     ++t.epoch;
   }
   graph::CompileCache::Get().Clear();
+  graph::ForgetRememberedReads();
   runtime::ShutdownClient();
 }
 

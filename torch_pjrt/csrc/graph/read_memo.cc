@@ -1,0 +1,137 @@
+#include "graph/read_memo.h"
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/metrics.h"
+#include "graph/trace.h"
+
+namespace torch_pjrt::graph {
+
+namespace {
+
+// Only small reads of small computations are remembered: the walk is host work on every such
+// read, and what is remembered stays allocated on the device.
+constexpr size_t kMaxReadBytes = 1024;
+constexpr size_t kMaxConeNodes = 256;
+constexpr size_t kMaxEntries = 64;
+
+// What a pending value computes from: its program (the root's structural hash), the value
+// scalars it reads and, by identity, the buffers it reads, in walk order.
+struct ReadKey {
+  uint64_t hash = 0;
+  std::string scalars;
+  std::vector<const runtime::Buffer*> buffers;
+};
+
+struct Entry {
+  ReadKey key;
+  std::vector<std::weak_ptr<runtime::Buffer>> inputs;  // a dead input can never match again
+  std::shared_ptr<runtime::Buffer> result;
+};
+
+std::deque<Entry>& Entries() {
+  static auto* entries = new std::deque<Entry>();
+  return *entries;
+}
+
+bool SameKey(const ReadKey& a, const ReadKey& b) {
+  return a.hash == b.hash && a.scalars == b.scalars && a.buffers == b.buffers;
+}
+
+// The hash of one node of a cone given its inputs' cone hashes. Op nodes hash as MakeOpNode
+// does; leaves by their order of discovery (their identity and values are in the key), not by
+// their position in the trace, which differs between a step that was cut at the read and one
+// that was not.
+uint64_t ConeHash(const Node* n, const std::unordered_map<const Node*, uint64_t>& done, uint64_t leaf) {
+  if (n->kind == NodeKind::kParam) return HashType(HashMix(0x7061ull, leaf), n->out0);
+  if (n->kind == NodeKind::kSlot) return HashMix(HashMix(0x736cull, static_cast<uint64_t>(n->out0.dtype)), leaf);
+  uint64_t h = HashMix(0x6f70ull, static_cast<uint64_t>(n->op));
+  for (const Input& in : n->inputs) h = HashMix(HashMix(h, done.at(in.node)), in.index);
+  h = HashArgs(h, n->args, n->pool);
+  for (size_t i = 0; i < n->num_outputs(); ++i) h = HashType(h, n->output(i));
+  return h;
+}
+
+// The key of `s`'s pending value, or nothing when it is not worth remembering or not a pure
+// function of its inputs: a trace holding collectives (their results depend on other processes)
+// is never remembered. Random ops read their seed and offset as value scalars, which differ on
+// every call, so they never match.
+std::optional<ReadKey> KeyOf(const LazyStorage* s, std::vector<std::weak_ptr<runtime::Buffer>>* inputs) {
+  const DeviceTrace& trace = Trace(s->device());
+  if (s->nbytes() > kMaxReadBytes || !trace.replica_devices.empty()) return std::nullopt;
+  ReadKey key;
+  std::unordered_map<const Node*, uint64_t> done;  // cone hash of every node walked
+  uint64_t leaves = 0;
+  // Post-order walk, inputs in order: the leaves' order of discovery is the same for the same
+  // computation.
+  std::vector<std::pair<const Node*, bool>> stack{{s->pending().node.get(), false}};
+  while (!stack.empty()) {
+    auto [n, inputs_done] = stack.back();
+    stack.pop_back();
+    if (done.count(n)) continue;
+    if (!inputs_done) {
+      stack.push_back({n, true});
+      for (size_t i = n->inputs.size(); i-- > 0;) {
+        if (!done.count(n->inputs[i].node)) stack.push_back({n->inputs[i].node, false});
+      }
+      continue;
+    }
+    if (n->kind == NodeKind::kParam) {
+      key.buffers.push_back(n->buffer.get());
+      inputs->push_back(n->buffer);
+    } else if (n->kind == NodeKind::kSlot) {
+      size_t item = ItemSize(n->out0.dtype);
+      key.scalars += trace.slot_bytes[static_cast<size_t>(n->out0.dtype)].substr(item * n->index, item);
+    }
+    done[n] = ConeHash(n, done, n->kind == NodeKind::kOp ? 0 : leaves++);
+    if (done.size() > kMaxConeNodes) return std::nullopt;
+  }
+  key.hash = HashMix(done.at(s->pending().node.get()), s->pending().index);
+  return key;
+}
+
+const Entry* Find(const ReadKey& key) {
+  for (const Entry& e : Entries()) {
+    if (!SameKey(e.key, key)) continue;
+    bool alive = true;
+    for (size_t i = 0; i < e.inputs.size() && alive; ++i) alive = e.inputs[i].lock().get() == key.buffers[i];
+    if (alive) return &e;
+  }
+  return nullptr;
+}
+
+void Remember(ReadKey key, std::vector<std::weak_ptr<runtime::Buffer>> inputs, std::shared_ptr<runtime::Buffer> result) {
+  std::deque<Entry>& entries = Entries();
+  if (entries.size() >= kMaxEntries) entries.pop_front();
+  entries.push_back({std::move(key), std::move(inputs), std::move(result)});
+}
+
+}  // namespace
+
+void ForgetRememberedReads() {
+  GraphLock lock;
+  Entries().clear();
+}
+
+void SyncForRead(LazyStorage* s, SyncCause cause) {
+  GraphLock lock;
+  std::vector<std::weak_ptr<runtime::Buffer>> inputs;
+  std::optional<ReadKey> key = KeyOf(s, &inputs);
+  if (key) {
+    if (const Entry* hit = Find(*key)) {
+      s->SetBuffer(hit->result);  // the trace no longer writes it (CollectTargets skips it)
+      Metrics::Increment(Counter::kRememberedReads);
+      return;
+    }
+  }
+  SyncDevice(s->device(), cause);
+  // A buffer that holds an error (a failed index check) is not remembered: the next read runs
+  // again and raises again.
+  if (key && s->has_buffer() && !s->buffer()->poison()) Remember(std::move(*key), std::move(inputs), s->buffer());
+}
+
+}  // namespace torch_pjrt::graph
