@@ -408,24 +408,13 @@ PendingGraph CollectTargets(const DeviceTrace& trace) {
 
 // The first poisoned buffer `v` reads (through any chain of ops), or null.
 DeferredErrorPtr PoisonReadBy(const Value& v, std::unordered_map<const Node*, DeferredErrorPtr>* memo) {
-  std::vector<std::pair<const Node*, bool>> stack{{v.node.get(), false}};
-  while (!stack.empty()) {
-    auto [n, inputs_done] = stack.back();
-    stack.pop_back();
-    if (memo->count(n)) continue;
-    if (!inputs_done) {
-      stack.push_back({n, true});
-      for (const Input& in : n->inputs) {
-        if (!memo->count(in.node)) stack.push_back({in.node, false});
-      }
-      continue;
-    }
+  VisitInputsFirst(v.node.get(), [&](const Node* n) { return memo->count(n) > 0; }, [&](const Node* n) {
     DeferredErrorPtr found = n->kind == NodeKind::kParam && n->buffer ? n->buffer->poison() : nullptr;
     for (const Input& in : n->inputs) {
       if (!found) found = memo->at(in.node);
     }
     memo->emplace(n, found);
-  }
+  });
   return memo->at(v.node.get());
 }
 

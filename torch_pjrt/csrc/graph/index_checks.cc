@@ -33,25 +33,14 @@ class CheckReach {
 
   // Bits of `root`, computing those of its inputs first (iteratively: graphs can be deep).
   const std::vector<uint64_t>& Reach(const Node* root) {
-    std::vector<std::pair<const Node*, bool>> stack{{root, false}};
-    while (!stack.empty()) {
-      auto [n, inputs_done] = stack.back();
-      stack.pop_back();
-      if (done_.count(n)) continue;
-      if (!inputs_done) {
-        stack.push_back({n, true});
-        for (const Input& in : n->inputs) {
-          if (!done_.count(in.node)) stack.push_back({in.node, false});
-        }
-        continue;
-      }
+    VisitInputsFirst(root, [&](const Node* n) { return done_.count(n) > 0; }, [&](const Node* n) {
       Bits& mine = Of(n);
       for (const Input& in : n->inputs) {
         const Bits& theirs = bits_.at(in.node);
         for (size_t w = 0; w < words_; ++w) mine[w] |= theirs[w];
       }
       done_.emplace(n, true);
-    }
+    });
     return bits_.at(root);
   }
 

@@ -116,6 +116,26 @@ uint64_t HashType(uint64_t h, const TensorType& t);
 // An op node's arguments and argument pool mixed into `h`.
 uint64_t HashArgs(uint64_t h, const ArgList& args, const ArgPool& pool);
 
+// Calls `visit(n)` for every node that `root` reads, itself included, whose `done(n)` is false,
+// each after its inputs (iteratively: graphs can be deep). `visit(n)` must make `done(n)` true.
+template <class Done, class Visit>
+void VisitInputsFirst(const Node* root, Done&& done, Visit&& visit) {
+  std::vector<std::pair<const Node*, bool>> stack{{root, false}};
+  while (!stack.empty()) {
+    auto [n, inputs_done] = stack.back();
+    stack.pop_back();
+    if (done(n)) continue;
+    if (inputs_done) {
+      visit(n);
+      continue;
+    }
+    stack.push_back({n, true});
+    for (const Input& in : n->inputs) {
+      if (!done(in.node)) stack.push_back({in.node, false});
+    }
+  }
+}
+
 // Creates an op node. `inputs` are retained; the hash covers op, args and inputs.
 NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList args, ArgPool pool,
                    std::vector<TensorType> outputs);

@@ -66,20 +66,10 @@ std::optional<ReadKey> KeyOf(const LazyStorage* s, std::vector<std::weak_ptr<run
   ReadKey key;
   std::unordered_map<const Node*, uint64_t> done;  // cone hash of every node walked
   uint64_t leaves = 0;
-  // Post-order walk, inputs in order: the leaves' order of discovery is the same for the same
-  // computation.
-  std::vector<std::pair<const Node*, bool>> stack{{s->pending().node.get(), false}};
-  while (!stack.empty()) {
-    auto [n, inputs_done] = stack.back();
-    stack.pop_back();
-    if (done.count(n)) continue;
-    if (!inputs_done) {
-      stack.push_back({n, true});
-      for (size_t i = n->inputs.size(); i-- > 0;) {
-        if (!done.count(n->inputs[i].node)) stack.push_back({n->inputs[i].node, false});
-      }
-      continue;
-    }
+  bool too_large = false;  // then every node counts as done and the walk ends
+  // Inputs first, in order: the leaves' order of discovery is the same for the same computation.
+  VisitInputsFirst(s->pending().node.get(), [&](const Node* n) { return too_large || done.count(n) > 0; },
+                   [&](const Node* n) {
     if (n->kind == NodeKind::kParam) {
       key.buffers.push_back(n->buffer.get());
       inputs->push_back(n->buffer);
@@ -88,8 +78,9 @@ std::optional<ReadKey> KeyOf(const LazyStorage* s, std::vector<std::weak_ptr<run
       key.scalars += trace.slot_bytes[static_cast<size_t>(n->out0.dtype)].substr(item * n->index, item);
     }
     done[n] = ConeHash(n, done, n->kind == NodeKind::kOp ? 0 : leaves++);
-    if (done.size() > kMaxConeNodes) return std::nullopt;
-  }
+    too_large = done.size() > kMaxConeNodes;
+  });
+  if (too_large) return std::nullopt;
   key.hash = HashMix(done.at(s->pending().node.get()), s->pending().index);
   return key;
 }
