@@ -45,6 +45,75 @@ def test_import_loads_no_plugin_and_starts_no_client():
     assert "client_after_use True" in out
 
 
+def test_backend_is_renamed_and_module_registered():
+    out = run_python("""
+        import torch
+        print(torch._C._get_privateuse1_backend_name(), hasattr(torch, "pjrt"))
+        print(torch.device("pjrt:1").type)
+    """).stdout
+    assert "pjrt True" in out
+    assert "pjrt" in out.splitlines()[1]
+
+
+def test_default_device_count_is_one():
+    out = run_python("""
+        import torch
+        print("count", torch.pjrt.device_count())
+    """, env={"TORCH_PJRT_CPU_DEVICE_COUNT": "1"}).stdout
+    assert "count 1" in out
+
+
+def test_broken_torch_pjrt_registration_never_breaks_import_torch():
+    # A PrivateUse1 backend already claimed by someone else: we warn, torch still imports.
+    out = run_python("""
+        import warnings
+        warnings.simplefilter("always")
+        import torch
+        torch.utils.rename_privateuse1_backend("other")
+        import importlib, torch_pjrt
+        torch_pjrt._registered = False
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            torch_pjrt._autoload()
+        print("warned", any("could not register" in str(x.message) for x in w))
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}).stdout
+    assert "warned True" in out
+
+
+def test_eager_ops_never_import_dynamo_or_inductor():
+    """torch's Python Meta kernels for ~130 elementwise ops import torch._dynamo on their first
+    call (torch._disable_dynamo); the pjrt device runs Meta kernels, CPU eager never does.
+    torch_pjrt/_dynamo_free_meta.py keeps that import from happening. Parameters are updated by
+    hand: torch.optim's constructor imports dynamo itself, on the CPU too."""
+    out = run_python("""
+        import sys, torch
+        import torch.nn as nn, torch.nn.functional as F
+        dev = "pjrt"
+        m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(8 * 4 * 4, 10)).to(dev)
+        x = torch.randn(4, 3, 8, 8, device=dev)
+        target = torch.randint(0, 10, (4,), device=dev)
+        for _ in range(2):
+            loss = F.cross_entropy(m(x), target)
+            loss.backward()
+            with torch.no_grad():
+                for p in m.parameters():
+                    p.sub_(p.grad * 0.1)
+                    p.grad = None
+        q = torch.randn(2, 4, 8, 16, device=dev)
+        attention = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        normed = F.gelu(nn.LayerNorm(4).to(dev)(nn.Embedding(10, 4).to(dev)(target)))
+        with torch.autocast("pjrt"):
+            scores = (q @ q.transpose(-1, -2)).softmax(-1)
+        mixed = torch.where(q > 0, q, q * 2).clamp(-1, 1).cumsum(-1).sort(-1).values.pow(2).eq(1)
+        shaped = [torch.cat([q, q]).unique(), q[q > 0], torch.topk(q, 2).values, q.flip(0).remainder(3)]
+        for t in [loss, attention, normed, scores, mixed] + shaped:
+            t.cpu()
+        print("dynamo", "torch._dynamo" in sys.modules, "inductor", "torch._inductor" in sys.modules)
+    """).stdout
+    assert "dynamo False inductor False" in out
+
+
 def test_backward_threads_change_only_in_threads_that_make_pjrt_tensors():
     out = run_python("""
         import threading, torch
