@@ -209,6 +209,7 @@ def test_execution_is_asynchronous():
     torch.testing.assert_close(y.cpu(), chain(x.cpu()), rtol=1e-3, atol=1e-4)
     assert z.item() == pytest.approx((x.cpu() + 1).sum().item(), rel=1e-4)
 
+
 def test_a_repeated_read_of_unchanged_buffers_cuts_no_graph():
     """transformers checks `attention_mask.all()` in every forward: after the first step, the read
     is answered from the first read's result (the mask's buffer is the same), so the rest of the

@@ -48,22 +48,15 @@ NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList
   n->kind = NodeKind::kOp;
   n->op = op;
   n->device = device;
-  uint64_t h = HashMix(0x6f70ull, static_cast<uint64_t>(op));
   for (const Value& v : inputs) {
     Retain(v.node.get());
     n->inputs.push_back(Input{v.node.get(), v.index});
-    h = HashMix(HashMix(h, v.node->hash), v.index);
   }
-  h = HashArgs(h, args, pool);
-  // Output types: op, args and input types determine them in theory, but they come from torch's
-  // Meta kernels, which also read global state (the default dtype for Python-number promotion),
-  // and the lowering converts its result to them. Two nodes are the same only if they agree.
-  for (const TensorType& t : outputs) h = HashType(h, t);
-  n->hash = h;
   n->args = std::move(args);
   n->pool = std::move(pool);
   n->out0 = std::move(outputs[0]);
   for (size_t i = 1; i < outputs.size(); ++i) n->more_outputs.push_back(std::move(outputs[i]));
+  n->hash = HashOpNode(*n, [](const Node* in) { return in->hash; });
   return NodeRef(n);
 }
 

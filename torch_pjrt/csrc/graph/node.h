@@ -115,6 +115,20 @@ inline uint64_t HashMix(uint64_t h, uint64_t v) {
 uint64_t HashType(uint64_t h, const TensorType& t);
 // An op node's arguments and argument pool mixed into `h`.
 uint64_t HashArgs(uint64_t h, const ArgList& args, const ArgPool& pool);
+// The hash of op node `n`: its op, its inputs (`input_hash(node)` and output index), arguments and
+// output types. MakeOpNode hashes inputs by their own hashes; the read memo hashes leaves by
+// identity instead (graph/read_memo.cc). Output types: op, args and input types determine them
+// in theory, but they come from torch's Meta kernels, which also read global state (the default
+// dtype for Python-number promotion), and the lowering converts its result to them. Two nodes are
+// the same only if they agree.
+template <class InputHash>
+uint64_t HashOpNode(const Node& n, InputHash&& input_hash) {
+  uint64_t h = HashMix(0x6f70ull, static_cast<uint64_t>(n.op));
+  for (const Input& in : n.inputs) h = HashMix(HashMix(h, input_hash(in.node)), in.index);
+  h = HashArgs(h, n.args, n.pool);
+  for (size_t i = 0; i < n.num_outputs(); ++i) h = HashType(h, n.output(i));
+  return h;
+}
 
 // Calls `visit(n)` for every node that `root` reads, itself included, whose `done(n)` is false,
 // each after its inputs (iteratively: graphs can be deep). `visit(n)` must make `done(n)` true.

@@ -49,11 +49,7 @@ bool SameKey(const ReadKey& a, const ReadKey& b) {
 uint64_t ConeHash(const Node* n, const std::unordered_map<const Node*, uint64_t>& done, uint64_t leaf) {
   if (n->kind == NodeKind::kParam) return HashType(HashMix(0x7061ull, leaf), n->out0);
   if (n->kind == NodeKind::kSlot) return HashMix(HashMix(0x736cull, static_cast<uint64_t>(n->out0.dtype)), leaf);
-  uint64_t h = HashMix(0x6f70ull, static_cast<uint64_t>(n->op));
-  for (const Input& in : n->inputs) h = HashMix(HashMix(h, done.at(in.node)), in.index);
-  h = HashArgs(h, n->args, n->pool);
-  for (size_t i = 0; i < n->num_outputs(); ++i) h = HashType(h, n->output(i));
-  return h;
+  return HashOpNode(*n, [&](const Node* in) { return done.at(in); });
 }
 
 // The key of `s`'s pending value, or nothing when it is not worth remembering or not a pure
