@@ -157,6 +157,10 @@ std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,
                       "host or the pending-size bound)";
     return nullptr;
   }
+  if (trace.uncut_reads != 0) {
+    refusal->reason = "it reads a value to the host (a replay would not read it afresh)";
+    return nullptr;
+  }
   if (const char* stray = FindStrayWrite(trace, inputs, outputs)) {
     refusal->reason = stray;
     return nullptr;

@@ -260,6 +260,7 @@ void ResetTrace(DeviceTrace& trace) {
   for (auto& b : trace.slot_bytes) b.clear();
   trace.slot_count.fill(0);
   trace.op_nodes = 0;
+  trace.uncut_reads = 0;
   ++trace.epoch;
 }
 
@@ -591,14 +592,16 @@ void Describe(const DeviceTrace& trace, const PendingGraph& g, std::shared_ptr<C
   for (const IndexCheck& c : trace.checks) record->check_errors.push_back(c.error);
 }
 
-// Compiles (or finds) and launches the graph computing `g`.
+// Compiles (or finds) and launches the graph computing `g`. A graph of the whole trace also
+// packs the trace's index checks and donates overwritten buffers; one computing a single value
+// ahead of the trace (SyncValue) does neither: the trace still reads those buffers.
 void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGraph& g,
-              LaunchRecord* record) {
-  if (!trace.checks.empty()) {
+              LaunchRecord* record, bool whole_trace = true) {
+  if (whole_trace && !trace.checks.empty()) {
     g.outputs.push_back(PackIndexChecks(device, trace.checks));
     g.has_checks = true;
   }
-  g.donations = record == nullptr ? Donations(trace, g) : CaptureAliases(trace, g, *record);
+  if (whole_trace) g.donations = record == nullptr ? Donations(trace, g) : CaptureAliases(trace, g, *record);
   uint64_t key = GraphKey(trace, g);
   CompileCache& cache = CompileCache::Get();
   std::shared_ptr<CompiledGraph> compiled = cache.Find(key);
@@ -635,17 +638,41 @@ void InheritIndexChecks(int device, const DeviceTrace& trace, const PendingGraph
   PropagateIndexChecks(device, read, written);
 }
 
-}  // namespace
+// `v`'s computation copied into `sub`, a trace of its own whose parameters and value scalars are
+// only those `v` reads, numbered in the order they are found: the program is then the same
+// wherever in a step the read happens. Returns an invalid value when `v` depends on an index check
+// of `trace` (an out-of-range index makes it garbage until the check is read) or reads a
+// poisoned buffer.
+Value CopyComputation(const DeviceTrace& trace, const Value& v, DeviceTrace* sub) {
+  std::unordered_map<const Node*, NodeRef> copies;
+  bool poisoned = false;
+  VisitInputsFirst(v.node.get(), [&](const Node* n) { return copies.count(n) > 0; }, [&](const Node* n) {
+    NodeRef copy;
+    if (n->kind == NodeKind::kParam) {
+      poisoned = poisoned || (n->buffer && n->buffer->poison());
+      copy = MakeParamNode(n->device, n->buffer, static_cast<int>(sub->params.size()));
+      sub->params.push_back(copy);
+    } else if (n->kind == NodeKind::kSlot) {
+      size_t k = static_cast<size_t>(n->out0.dtype), item = ItemSize(n->out0.dtype);
+      copy = MakeSlotNode(n->device, n->out0.dtype, sub->slot_count[k]++);
+      sub->slot_bytes[k] += trace.slot_bytes[k].substr(item * n->index, item);
+    } else {
+      std::vector<Value> inputs;
+      for (const Input& in : n->inputs) inputs.push_back(Value{copies.at(in.node), in.index});
+      std::vector<TensorType> outputs;
+      for (size_t i = 0; i < n->num_outputs(); ++i) outputs.push_back(n->output(i));
+      copy = MakeOpNode(n->op, n->device, inputs, n->args, n->pool, std::move(outputs));
+    }
+    copies.emplace(n, std::move(copy));
+  });
+  for (const IndexCheck& c : trace.checks) poisoned = poisoned || copies.count(c.consumer.node.get()) > 0;
+  return poisoned ? Value() : Value{copies.at(v.node.get()), v.index};
+}
 
-void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
-  GraphLock lock;
-  if (device >= NumTracedDevices()) return;
+// SyncDevice once earlier graphs' index checks are settled (`failure`: what they raised).
+void SyncSettledDevice(int device, SyncCause cause, LaunchRecord* record, DeferredErrorPtr failure,
+                       bool waited_for_checks) {
   DeviceTrace& trace = Trace(device);
-  // Earlier graphs' index checks are settled before this graph runs, so nothing computed from an
-  // out-of-range index is used silently; the failure is raised below, at this sync point. Syncs
-  // for a compiled call (before a replay) do not wait: their results inherit the checks instead.
-  bool wait_for_checks = cause != SyncCause::kCompiledCall;
-  DeferredErrorPtr failure = wait_for_checks ? ResolveIndexChecks(device) : nullptr;
   PendingGraph g = CollectTargets(trace);
   if (failure) DropTargetsReadingPoison(&g);
   if (!g.outputs.empty()) {
@@ -653,7 +680,7 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
     Metrics::IncrementNamed(std::string("Sync::") + SyncCauseName(cause));
     try {
       RunGraph(device, cause, trace, g, record);
-      if (!wait_for_checks) InheritIndexChecks(device, trace, g);
+      if (!waited_for_checks) InheritIndexChecks(device, trace, g);
     } catch (const std::exception& e) {
       // Storages that were to be computed by this graph now report the error when read.
       auto* device_error = dynamic_cast<const DeviceError*>(&e);
@@ -665,6 +692,44 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   }
   ResetTrace(trace);
   if (failure) throw DeviceError(*failure);
+}
+
+}  // namespace
+
+void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
+  GraphLock lock;
+  if (device >= NumTracedDevices()) return;
+  // Earlier graphs' index checks are settled before this graph runs, so nothing computed from an
+  // out-of-range index is used silently; the failure is raised at this sync point. Syncs for a
+  // compiled call (before a replay) do not wait: their results inherit the checks instead.
+  bool wait_for_checks = cause != SyncCause::kCompiledCall;
+  SyncSettledDevice(device, cause, record, wait_for_checks ? ResolveIndexChecks(device) : nullptr, wait_for_checks);
+}
+
+void SyncValue(LazyStorage* s, SyncCause cause) {
+  GraphLock lock;
+  int device = s->device();
+  DeviceTrace& trace = Trace(device);
+  DeferredErrorPtr failure = ResolveIndexChecks(device);
+  DeviceTrace alone;
+  PendingGraph g;
+  g.targets.push_back(s);
+  g.outputs.push_back(failure ? Value() : CopyComputation(trace, s->pending(), &alone));
+  if (!g.outputs[0].valid()) {
+    SyncSettledDevice(device, cause, nullptr, failure, /*waited_for_checks=*/true);
+    return;
+  }
+  ScopedTimer sync_timer(Timer::kSync);
+  Metrics::IncrementNamed(std::string("Sync::") + SyncCauseName(cause));
+  Metrics::Increment(Counter::kValuesComputedAhead);
+  ++trace.uncut_reads;
+  try {
+    RunGraph(device, cause, alone, g, nullptr, /*whole_trace=*/false);
+  } catch (const std::exception& e) {
+    auto* device_error = dynamic_cast<const DeviceError*>(&e);
+    s->SetError(MakeDeferredError(device_error ? device_error->kind() : ErrorKind::kRuntime, e.what()));
+    throw;
+  }
 }
 
 std::string PendingGraphText(int device) {

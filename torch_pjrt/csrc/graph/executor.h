@@ -77,6 +77,11 @@ std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
 // Does not wait for the execution to finish. With `record`, only `record->aliasable` storages'
 // buffers are donated (when nothing else holds them) and the launch is described there.
 void SyncDevice(int device, SyncCause cause, LaunchRecord* record = nullptr);
+// Computes `s`'s pending value alone, in a program of its own, and leaves the rest of the trace
+// pending: a small read (graph/read_memo.h) no longer cuts the step's graph in two. Earlier
+// graphs' index checks are settled first, as for any sync; where one failed, where a check of
+// this trace guards the value or where it reads a poisoned buffer, the whole device syncs instead.
+void SyncValue(LazyStorage* s, SyncCause cause);
 void SyncAllDevices(SyncCause cause);
 // The StableHLO the next sync of `device` would compile, without compiling or running it ("" when
 // nothing is pending): torch.pjrt's graph inspection and the collectives' program tests.

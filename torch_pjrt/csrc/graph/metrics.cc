@@ -50,6 +50,7 @@ const char* Metrics::Name(Counter c) {
     case Counter::kGraphsCaptured: return "GraphsCaptured";
     case Counter::kGraphReplays: return "GraphReplays";
     case Counter::kRememberedReads: return "RememberedReads";
+    case Counter::kValuesComputedAhead: return "ValuesComputedAhead";
     default: return "?";
   }
 }

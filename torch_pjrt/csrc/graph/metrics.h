@@ -30,6 +30,7 @@ enum class Counter : int {
   kGraphsCaptured,     // torch.compile'd graphs whose first call was captured for replay
   kGraphReplays,       // calls of captured graphs (no tracing: graph/capture.h)
   kRememberedReads,    // reads answered by an earlier read's result, no sync (graph/read_memo.h)
+  kValuesComputedAhead,  // small reads computed alone, the trace left uncut (graph/read_memo.h)
   kNumCounters
 };
 

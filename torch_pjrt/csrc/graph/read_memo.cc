@@ -1,5 +1,6 @@
 #include "graph/read_memo.h"
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <string>
@@ -18,6 +19,9 @@ namespace {
 constexpr size_t kMaxReadBytes = 1024;
 constexpr size_t kMaxConeNodes = 256;
 constexpr size_t kMaxEntries = 64;
+// A first read computed ahead (WorthComputingAhead) makes at most this many elements in all: it
+// may run twice (ahead, and again in the step's graph), so only cheap ones are.
+constexpr int64_t kMaxAheadElements = 1 << 16;
 
 // What a pending value computes from: its program (the root's structural hash), the value
 // scalars it reads and, by identity, the buffers it reads, in walk order.
@@ -25,6 +29,13 @@ struct ReadKey {
   uint64_t hash = 0;
   std::string scalars;
   std::vector<const runtime::Buffer*> buffers;
+};
+
+// What the walk of a read's computation found besides its key.
+struct Cone {
+  std::unordered_map<const Node*, uint64_t> hashes;  // every node's cone hash
+  int64_t elements = 0;                              // made by its ops
+  std::vector<std::weak_ptr<runtime::Buffer>> inputs;  // the buffers it reads
 };
 
 struct Entry {
@@ -56,11 +67,11 @@ uint64_t ConeHash(const Node* n, const std::unordered_map<const Node*, uint64_t>
 // function of its inputs: a trace holding collectives (their results depend on other processes)
 // is never remembered. Random ops read their seed and offset as value scalars, which differ on
 // every call, so they never match.
-std::optional<ReadKey> KeyOf(const LazyStorage* s, std::vector<std::weak_ptr<runtime::Buffer>>* inputs) {
+std::optional<ReadKey> KeyOf(const LazyStorage* s, Cone* cone) {
   const DeviceTrace& trace = Trace(s->device());
   if (s->nbytes() > kMaxReadBytes || !trace.replica_devices.empty()) return std::nullopt;
   ReadKey key;
-  std::unordered_map<const Node*, uint64_t> done;  // cone hash of every node walked
+  std::unordered_map<const Node*, uint64_t>& done = cone->hashes;
   uint64_t leaves = 0;
   bool too_large = false;  // then every node counts as done and the walk ends
   // Inputs first, in order: the leaves' order of discovery is the same for the same computation.
@@ -68,10 +79,13 @@ std::optional<ReadKey> KeyOf(const LazyStorage* s, std::vector<std::weak_ptr<run
                    [&](const Node* n) {
     if (n->kind == NodeKind::kParam) {
       key.buffers.push_back(n->buffer.get());
-      inputs->push_back(n->buffer);
+      cone->inputs.push_back(n->buffer);
     } else if (n->kind == NodeKind::kSlot) {
       size_t item = ItemSize(n->out0.dtype);
       key.scalars += trace.slot_bytes[static_cast<size_t>(n->out0.dtype)].substr(item * n->index, item);
+    }
+    if (n->kind == NodeKind::kOp) {
+      for (size_t i = 0; i < n->num_outputs(); ++i) cone->elements += NumElements(n->output(i).dims);
     }
     done[n] = ConeHash(n, done, n->kind == NodeKind::kOp ? 0 : leaves++);
     too_large = done.size() > kMaxConeNodes;
@@ -97,6 +111,27 @@ void Remember(ReadKey key, std::vector<std::weak_ptr<runtime::Buffer>> inputs, s
   entries.push_back({std::move(key), std::move(inputs), std::move(result)});
 }
 
+// Whether a first read is computed ahead, alone, leaving the trace uncut (SyncValue), rather than
+// syncing everything: for a scalar read (`.item()`, `bool()`: a value for the host's control flow,
+// like the mask's all()) of a cheap computation, in the middle of a step: other values are
+// pending outside its computation, and none of the buffers it reads has been overwritten in this
+// trace yet. A loss read after the optimizer's updates, or a copy of results (`.cpu()`), syncs
+// everything in one execution, as before.
+bool WorthComputingAhead(const LazyStorage* s, SyncCause cause, const ReadKey& key, const Cone& cone) {
+  if (cause != SyncCause::kItem || cone.elements > kMaxAheadElements) return false;
+  const DeviceTrace& trace = Trace(s->device());
+  bool others_pending = false;
+  for (const LazyStorage* d : trace.dirty) {
+    if (d == nullptr || !d->has_pending() || cone.hashes.count(d->pending().node.get()) > 0) continue;
+    others_pending = true;
+    bool overwrote_a_read = d->param_epoch == trace.epoch && d->param_node != nullptr &&
+                            std::find(key.buffers.begin(), key.buffers.end(), d->param_node->buffer.get()) !=
+                                key.buffers.end();
+    if (overwrote_a_read) return false;
+  }
+  return others_pending;
+}
+
 }  // namespace
 
 void ForgetRememberedReads() {
@@ -106,19 +141,24 @@ void ForgetRememberedReads() {
 
 void SyncForRead(LazyStorage* s, SyncCause cause) {
   GraphLock lock;
-  std::vector<std::weak_ptr<runtime::Buffer>> inputs;
-  std::optional<ReadKey> key = KeyOf(s, &inputs);
+  Cone cone;
+  std::optional<ReadKey> key = KeyOf(s, &cone);
   if (key) {
     if (const Entry* hit = Find(*key)) {
       s->SetBuffer(hit->result);  // the trace no longer writes it (CollectTargets skips it)
       Metrics::Increment(Counter::kRememberedReads);
+      ++Trace(s->device()).uncut_reads;
       return;
     }
   }
-  SyncDevice(s->device(), cause);
+  if (key && WorthComputingAhead(s, cause, *key, cone)) {
+    SyncValue(s, cause);
+  } else {
+    SyncDevice(s->device(), cause);
+  }
   // A buffer that holds an error (a failed index check) is not remembered: the next read runs
   // again and raises again.
-  if (key && s->has_buffer() && !s->buffer()->poison()) Remember(std::move(*key), std::move(inputs), s->buffer());
+  if (key && s->has_buffer() && !s->buffer()->poison()) Remember(std::move(*key), std::move(cone.inputs), s->buffer());
 }
 
 }  // namespace torch_pjrt::graph

@@ -82,6 +82,9 @@ struct DeviceTrace {
   Dims replica_devices;
   std::vector<LazyStorage*> dirty;  // storages written in this epoch (null once they die)
   int64_t op_nodes = 0;             // op nodes made in this epoch
+  // Reads answered in this epoch without cutting the trace (remembered or computed ahead): a
+  // capture refuses such a trace, whose replays would not read afresh.
+  int64_t uncut_reads = 0;
 };
 
 DeviceTrace& Trace(int device);
