@@ -197,6 +197,28 @@ def test_ops_without_lowering_split_the_graph_into_captured_parts():
     assert delta(before, after, "GraphReplays") == 2 and delta(before, after, "FallbackOps") == 1
 
 
+def test_a_read_answered_without_a_sync_is_never_baked_into_replays():
+    """A CPU fallback inside a compiled graph reads its input, a computation that an earlier
+    eager read of the same buffers remembered (graph/read_memo.h). The graph is split around the
+    fallback and new inputs give new results: no replay reuses the value read once. (The fallback
+    itself refuses the capture today; FinishCapture also refuses any trace in which a read was
+    answered without a cut, for reads that do not fall back.)"""
+    def f(x):
+        return torch.linalg.svdvals(torch.sin(x) @ x) * 2  # svdvals: no pjrt lowering
+
+    x = torch.randn(4, 4)
+    xp = x.to("pjrt")
+    f(xp).cpu()  # eager: the fallback's read of sin(x) @ x is remembered
+    compiled = torch.compile(f, backend="pjrt")
+    with Counters() as c:
+        got = compiled(xp)
+    assert c["RememberedReads"] >= 1
+    torch.testing.assert_close(got.cpu(), f(x), rtol=1e-4, atol=1e-5)
+    for _ in range(2):
+        x2 = torch.randn(4, 4)
+        torch.testing.assert_close(compiled(x2.to("pjrt")).cpu(), f(x2), rtol=1e-4, atol=1e-5)
+
+
 def test_default_backend_stops_with_a_pointer_to_the_pjrt_backend():
     compiled = torch.compile(lambda x: torch.sin(x) + 1)
     with pytest.raises(Exception, match='backend="pjrt"'):
