@@ -19,8 +19,12 @@ namespace {
 constexpr size_t kMaxReadBytes = 1024;
 constexpr size_t kMaxConeNodes = 256;
 constexpr size_t kMaxEntries = 64;
-// A first read computed ahead (WorthComputingAhead) makes at most this many elements in all: it
-// may run twice (ahead, and again in the step's graph), so only cheap ones are.
+// A first read computed ahead (WorthComputingAhead) has at most this many ops making at most this
+// many elements in all: it may run twice (ahead, and again in the step's graph), and each new
+// computation is a program to compile, so only a few ops over buffers (a mask's all()) are.
+// LBFGS reads `flat_grad.abs().max()` with the whole forward and backward below it: computed
+// ahead, its test took 400 s instead of seconds.
+constexpr int64_t kMaxAheadOps = 8;
 constexpr int64_t kMaxAheadElements = 1 << 16;
 
 // What a pending value computes from: its program (the root's structural hash), the value
@@ -34,6 +38,7 @@ struct ReadKey {
 // What the walk of a read's computation found besides its key.
 struct Cone {
   std::unordered_map<const Node*, uint64_t> hashes;  // every node's cone hash
+  int64_t ops = 0;                                   // its op nodes
   int64_t elements = 0;                              // made by its ops
   std::vector<std::weak_ptr<runtime::Buffer>> inputs;  // the buffers it reads
 };
@@ -85,6 +90,7 @@ std::optional<ReadKey> KeyOf(const LazyStorage* s, Cone* cone) {
       key.scalars += trace.slot_bytes[static_cast<size_t>(n->out0.dtype)].substr(item * n->index, item);
     }
     if (n->kind == NodeKind::kOp) {
+      ++cone->ops;
       for (size_t i = 0; i < n->num_outputs(); ++i) cone->elements += NumElements(n->output(i).dims);
     }
     done[n] = ConeHash(n, done, n->kind == NodeKind::kOp ? 0 : leaves++);
@@ -118,7 +124,7 @@ void Remember(ReadKey key, std::vector<std::weak_ptr<runtime::Buffer>> inputs, s
 // trace yet. A loss read after the optimizer's updates, or a copy of results (`.cpu()`), syncs
 // everything in one execution, as before.
 bool WorthComputingAhead(const LazyStorage* s, SyncCause cause, const ReadKey& key, const Cone& cone) {
-  if (cause != SyncCause::kItem || cone.elements > kMaxAheadElements) return false;
+  if (cause != SyncCause::kItem || cone.ops > kMaxAheadOps || cone.elements > kMaxAheadElements) return false;
   const DeviceTrace& trace = Trace(s->device());
   bool others_pending = false;
   for (const LazyStorage* d : trace.dirty) {
