@@ -669,6 +669,13 @@ Value CopyComputation(const DeviceTrace& trace, const Value& v, DeviceTrace* sub
   return poisoned ? Value() : Value{copies.at(v.node.get()), v.index};
 }
 
+// What the values a failed graph was to compute report when read: the error's own kind where it
+// is one of ours, a RuntimeError otherwise.
+DeferredErrorPtr DeferredErrorOf(const std::exception& e) {
+  auto* device_error = dynamic_cast<const DeviceError*>(&e);
+  return MakeDeferredError(device_error ? device_error->kind() : ErrorKind::kRuntime, e.what());
+}
+
 // SyncDevice once earlier graphs' index checks are settled (`failure`: what they raised).
 void SyncSettledDevice(int device, SyncCause cause, LaunchRecord* record, DeferredErrorPtr failure,
                        bool waited_for_checks) {
@@ -683,8 +690,7 @@ void SyncSettledDevice(int device, SyncCause cause, LaunchRecord* record, Deferr
       if (!waited_for_checks) InheritIndexChecks(device, trace, g);
     } catch (const std::exception& e) {
       // Storages that were to be computed by this graph now report the error when read.
-      auto* device_error = dynamic_cast<const DeviceError*>(&e);
-      auto error = MakeDeferredError(device_error ? device_error->kind() : ErrorKind::kRuntime, e.what());
+      DeferredErrorPtr error = DeferredErrorOf(e);
       for (LazyStorage* s : g.targets) s->SetError(error);
       ResetTrace(trace);
       throw;
@@ -726,8 +732,7 @@ void SyncValue(LazyStorage* s, SyncCause cause) {
   try {
     RunGraph(device, cause, alone, g, nullptr, /*whole_trace=*/false);
   } catch (const std::exception& e) {
-    auto* device_error = dynamic_cast<const DeviceError*>(&e);
-    s->SetError(MakeDeferredError(device_error ? device_error->kind() : ErrorKind::kRuntime, e.what()));
+    s->SetError(DeferredErrorOf(e));
     throw;
   }
 }
