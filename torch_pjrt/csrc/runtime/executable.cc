@@ -90,13 +90,6 @@ std::deque<InFlight> g_inflight;
 // (client, device): reported by the next wait on that device.
 std::map<std::pair<const Client*, int>, std::string> g_unreported;
 
-bool EventReady(const Plugin& plugin, PJRT_Event* event) {
-  auto ready = PJRT_ARGS(PJRT_Event_IsReady);
-  ready.event = event;
-  plugin.Check(plugin.api()->PJRT_Event_IsReady(&ready), "PJRT_Event_IsReady");
-  return ready.is_ready;
-}
-
 // Awaits and destroys `f`'s event; a failure is kept for the next wait on its device, never
 // thrown here (the caller may have just launched another execution whose outputs it must keep).
 void Retire(const Plugin& plugin, const InFlight& f) {
@@ -113,7 +106,7 @@ void PruneFinished(const Plugin& plugin) {
   while (!g_inflight.empty()) {
     bool ready = false;
     try {
-      ready = EventReady(plugin, g_inflight.front().event);
+      ready = plugin.EventReady(g_inflight.front().event);
     } catch (const std::exception&) {
       ready = true;  // a broken event: Retire records its error
     }
@@ -345,7 +338,7 @@ bool ExecutionsDone(const Client& client, int device) {
   std::lock_guard<std::mutex> lock(g_inflight_mutex);
   for (const InFlight& f : g_inflight) {
     if (f.client == &client && (device < 0 || f.device == device) &&
-        !EventReady(client.plugin(), f.event)) {
+        !client.plugin().EventReady(f.event)) {
       return false;
     }
   }

@@ -25,24 +25,12 @@ inline void CpuRelax() {
 }
 
 // Returns once `event` is ready or kPollBeforeBlocking has passed (or the plugin cannot say).
-void PollBriefly(const PJRT_Api* api, PJRT_Event* event) {
-  if (offsetof(PJRT_Api, PJRT_Event_IsReady) + sizeof(void*) > api->struct_size ||
-      api->PJRT_Event_IsReady == nullptr) {
-    return;
-  }
-  auto ready = PJRT_ARGS(PJRT_Event_IsReady);
-  ready.event = event;
+void PollBriefly(const Plugin& plugin, PJRT_Event* event) {
   const auto until = std::chrono::steady_clock::now() + kPollBeforeBlocking;
-  while (std::chrono::steady_clock::now() < until) {
-    PJRT_Error* error = api->PJRT_Event_IsReady(&ready);
-    if (error != nullptr) {  // the Await below reports it
-      auto destroy = PJRT_ARGS(PJRT_Error_Destroy);
-      destroy.error = error;
-      api->PJRT_Error_Destroy(&destroy);
-      return;
-    }
-    if (ready.is_ready) return;
-    CpuRelax();
+  try {
+    while (!plugin.EventReady(event) && std::chrono::steady_clock::now() < until) CpuRelax();
+  } catch (const PjrtError&) {
+    // the Await that follows reports a broken event
   }
 }
 
@@ -161,9 +149,16 @@ void Plugin::Check(PJRT_Error* error, const char* what) const {
   throw PjrtError(std::string(what) + " failed in PJRT plugin '" + name_ + "': " + text, code);
 }
 
+bool Plugin::EventReady(PJRT_Event* event) const {
+  auto ready = PJRT_ARGS(PJRT_Event_IsReady);
+  ready.event = event;
+  PJRT_CALL(*this, PJRT_Event_IsReady, &ready);
+  return ready.is_ready;
+}
+
 void Plugin::AwaitAndDestroy(PJRT_Event* event, const char* what) const {
   if (event == nullptr) return;
-  PollBriefly(api_, event);
+  PollBriefly(*this, event);
   auto await = PJRT_ARGS(PJRT_Event_Await);
   await.event = event;
   PJRT_Error* error = api_->PJRT_Event_Await(&await);

@@ -72,6 +72,8 @@ class Plugin {
   void Check(PJRT_Error* error, const char* what) const;
   // Returns the message of `error` and destroys it.
   std::string TakeMessage(PJRT_Error* error, int* code = nullptr) const;
+  // Whether `event` has finished (successfully or not); throws PjrtError if it cannot say.
+  bool EventReady(PJRT_Event* event) const;
   // Destroys an event after waiting for it; throws the event's error if it failed.
   void AwaitAndDestroy(PJRT_Event* event, const char* what) const;
 
