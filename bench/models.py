@@ -3,7 +3,8 @@ transformers GPT-2, BERT, Llama and T5, timm ResNet-18, ViT and MobileNetV3 and 
 model, and inference of the three vision models. The models are those of tests/test_models.py
 (bench/real_models.py: small configs, random weights, no downloads). `pjrt-compiled` is
 torch.compile(backend="pjrt") of the whole training step (with AdamW(capturable=True), as the
-README advises) or of the inference step (the forward and the sum that is read).
+README advises) or of the inference step (the forward and the sum that is read). `pjrt-graph` is
+torch.accelerator.Graph: the step captured once after two lazy warm-up steps, then replayed.
 
     .venv/bin/python bench/models.py                  # writes bench/models_results.md and .json
     .venv/bin/python bench/models.py --only gpt2 resnet18 --skip-inductor --steps 8
@@ -30,7 +31,7 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-BACKENDS = ["pjrt", "pjrt-compiled", "eager", "inductor"]
+BACKENDS = ["pjrt", "pjrt-compiled", "pjrt-graph", "eager", "inductor"]
 TRAIN = ["gpt2", "bert", "llama", "t5", "vit_tiny", "resnet18", "mobilenetv3", "lstm"]
 INFER = ["resnet18", "mobilenetv3", "vit_tiny"]
 
@@ -62,7 +63,8 @@ def measure(backend, name, mode, steps):
     torch.manual_seed(0)
     model, batch, loss_fn = builders()[name](device)
     run_model = torch.compile(model) if backend == "inductor" and mode == "train" else model
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=compiled) if mode == "train" else None
+    graphed = backend == "pjrt-graph"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=compiled or graphed) if mode == "train" else None
     if mode == "infer":
         model.eval()
 
@@ -85,6 +87,10 @@ def measure(backend, name, mode, steps):
         return loss
 
     step = torch.compile(run_step, backend="pjrt") if compiled and mode == "train" else run_step
+    if graphed:
+        from graph_replay import graph_replayer
+
+        step = graph_replayer(run_step)
 
     times, executions = [], []
     for _ in range(steps):
@@ -95,7 +101,7 @@ def measure(backend, name, mode, steps):
         times.append(time.perf_counter() - t0)
         if device == "pjrt":
             executions.append(torch.pjrt.metrics.counter("Executions") - before.get("Executions", 0))
-    out = {"steps_per_s": 1 / statistics.median(times[3:]), "first_steps_s": times[:2],
+    out = {"steps_per_s": 1 / statistics.median(times[3:]), "first_steps_s": times[:2], "third_step_s": times[2],
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if device == "pjrt":
         out["executions_per_step"] = statistics.mean(executions[3:])
@@ -156,7 +162,7 @@ def table(results, args):
             f"{cell(p, 'cached_first_step_s', '{:.2f}')} | {first_steps(i)} | "
             f"{cell(p, 'executions_per_step', '{:.2f}')} | {cell(p, 'fallbacks', '{}')} | "
             f"{cell(p, 'peak_rss_mb', '{:.0f}')} / {cell(e, 'peak_rss_mb', '{:.0f}')} |")
-    return "\n".join(lines + compiled_table(results)) + "\n"
+    return "\n".join(lines + compiled_table(results) + graph_table(results)) + "\n"
 
 
 def ratio(a, b):
@@ -187,6 +193,29 @@ def compiled_table(results):
             f"{ratio(c, i)} | {first_steps(c)} | {cell(c, 'cached_first_step_s', '{:.2f}')} | "
             f"{cell(c, 'executions_per_step', '{:.2f}')} | {cell(c, 'fallbacks', '{}')} | "
             f"{cell(c, 'peak_rss_mb', '{:.0f}')} |")
+    return lines
+
+
+def graph_table(results):
+    """torch.accelerator.Graph (pjrt-graph) against the other ways of the same run."""
+    lines = ["", "`torch.accelerator.Graph` (`pjrt-graph`): two lazy warm-up steps, then the whole step "
+             "(forward, backward and AdamW with `capturable=True`, or the inference step) captured once on "
+             "the third and replayed from then on, with the batch in the same tensors (a CUDA-graph "
+             "training loop). The capture column is the third step: tracing, compiling and one replay.", "",
+             "| model | mode | graph steps/s | / lazy pjrt | / compiled | / eager | / inductor | steps 1, 2 (s) | "
+             "capture step (s) | executions / step | peak RSS (MB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (name, mode) in sorted({(n, m) for n, m, _ in results}, key=lambda k: (k[1] != "train", k[0])):
+        g, p, c, e, i = (results.get((name, mode, b)) for b in ("pjrt-graph", "pjrt", "pjrt-compiled", "eager", "inductor"))
+        if not g:
+            continue
+        if "error" in g:
+            lines.append(f"| {name} | {mode} | error: {g['error'][:160]} |" + " - |" * 8)
+            continue
+        lines.append(
+            f"| {name} | {mode} | {cell(g, 'steps_per_s', '{:.1f}')} | {ratio(g, p)} | {ratio(g, c)} | "
+            f"{ratio(g, e)} | {ratio(g, i)} | {first_steps(g)} | {cell(g, 'third_step_s', '{:.2f}')} | "
+            f"{cell(g, 'executions_per_step', '{:.2f}')} | {cell(g, 'peak_rss_mb', '{:.0f}')} |")
     return lines
 
 

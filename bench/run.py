@@ -3,7 +3,7 @@
     .venv/bin/python bench/run.py [--skip-inductor]
 
 Every workload runs in a fresh process per backend (pjrt lazy, pjrt with
-torch.compile(backend="pjrt"), CPU eager, torch.compile/inductor on the CPU) with a fresh, empty compile cache, so first-step times include compilation. Ratios are
+torch.compile(backend="pjrt"), pjrt with torch.accelerator.Graph, CPU eager, torch.compile/inductor on the CPU) with a fresh, empty compile cache, so first-step times include compilation. Ratios are
 against CPU eager from the same run.
 """
 
@@ -78,8 +78,8 @@ def ratio(a, b):
 
 
 WORKLOADS = ["tracing", "mlp", "gpt", "cnn", "matmul"]
-COLUMNS = [("pjrt", "pjrt (lazy)"), ("pjrt-compiled", "pjrt compiled"), ("eager", "CPU eager"),
-           ("inductor", "inductor")]
+COLUMNS = [("pjrt", "pjrt (lazy)"), ("pjrt-compiled", "pjrt compiled"), ("pjrt-graph", "pjrt graph"),
+           ("eager", "CPU eager"), ("inductor", "inductor")]
 # (workload, metric label, result key, digits): one table row each.
 ROWS = [
     ("tracing", "tracing (1000 small elementwise ops, then one sync): µs per op, traced or run", "us_per_op_trace", 2),
@@ -123,22 +123,29 @@ def main():
         f"Produced by `.venv/bin/python bench/run.py` on {r['date']} ({r['machine']}, Python {r['python']}).",
         "Each number comes from its own fresh process with an empty compile cache; ratios are against",
         "CPU eager from the same run. `pjrt compiled` is torch.compile(backend=\"pjrt\") on the pjrt",
-        "device (each graph traced once, then replayed); `inductor` is torch.compile on the CPU.",
+        "device (each graph traced once, then replayed); `pjrt graph` is torch.accelerator.Graph (the",
+        "whole step captured once after two lazy warm-up steps, then replayed: bench/graph_replay.py);",
+        "`inductor` is torch.compile on the CPU.",
         "",
-        "| workload: metric | " + " | ".join(label for b, label in COLUMNS) + " | pjrt / eager | compiled / eager |",
-        "|---|" + "---|" * (len(COLUMNS) + 2),
+        "| workload: metric | " + " | ".join(label for b, label in COLUMNS) +
+        " | pjrt / eager | compiled / eager | graph / eager |",
+        "|---|" + "---|" * (len(COLUMNS) + 3),
     ]
     for workload, label, key, digits in ROWS:
         values = [fmt(get(workload, b, key), digits) for b, _ in COLUMNS]
         eager = get(workload, "eager", key)
         lines.append(f"| {label} | " + " | ".join(values) +
                      f" | {fmt(ratio(get(workload, 'pjrt', key), eager), 2)}"
-                     f" | {fmt(ratio(get(workload, 'pjrt-compiled', key), eager), 2)} |")
+                     f" | {fmt(ratio(get(workload, 'pjrt-compiled', key), eager), 2)}"
+                     f" | {fmt(ratio(get(workload, 'pjrt-graph', key), eager), 2)} |")
     lines += [
         "",
         "| check | value |",
         "|---|---|",
         f"| MLP executions per training step (after warm-up): lazy / compiled | {fmt(get('mlp', 'pjrt', 'executions_per_step'), 2)} / {fmt(get('mlp', 'pjrt-compiled', 'executions_per_step'), 2)} |",
+        f"| MLP executions per training step: graph | {fmt(get('mlp', 'pjrt-graph', 'executions_per_step'), 2)} |",
+        f"| MLP host time per step, compiled / lazy and graph / lazy (issue 12: <= 10%) | {fmt(ratio(get('mlp', 'pjrt-compiled', 'host_ms_per_step'), get('mlp', 'pjrt', 'host_ms_per_step')), 2)} / {fmt(ratio(get('mlp', 'pjrt-graph', 'host_ms_per_step'), get('mlp', 'pjrt', 'host_ms_per_step')), 2)} |",
+        f"| GPT host time per step, compiled / lazy and graph / lazy | {fmt(ratio(get('gpt', 'pjrt-compiled', 'host_ms_per_step'), get('gpt', 'pjrt', 'host_ms_per_step')), 2)} / {fmt(ratio(get('gpt', 'pjrt-graph', 'host_ms_per_step'), get('gpt', 'pjrt', 'host_ms_per_step')), 2)} |",
         f"| MLP compiles / CPU fallbacks during the timed loop | {get('mlp', 'pjrt', 'compiles_in_loop')} / {get('mlp', 'pjrt', 'fallbacks_in_loop')} |",
         f"| the 1000-op chain per call including the sync, compiled / inductor (issue 12: within 2x) | {fmt(ratio(get('tracing', 'pjrt-compiled', 'us_per_call_total'), get('tracing', 'inductor', 'us_per_call_total')), 2)} |",
         f"| StableHLO lowerings / compiles on a cache hit (tracing loop) | {get('tracing', 'pjrt', 'lowered_on_cache_hit')} / {get('tracing', 'pjrt', 'compiled_on_cache_hit')} |",

@@ -11,14 +11,17 @@ import pytest
 import torch
 
 import real_models
+from graph_replay import graph_replayer
 
 STEPS = 3
 
 
-def train(model, batch, loss_fn, steps=STEPS, compile=False, traced=None):
+def train(model, batch, loss_fn, steps=STEPS, compile=False, traced=None, graph=False):
     """The losses of `steps` SGD steps; with `compile`, the whole step under
-    torch.compile(backend="pjrt"). `traced` collects the ops each step traced (replays trace none;
-    autograd's implicit ones_like(loss) is traced outside the graphs)."""
+    torch.compile(backend="pjrt"); with `graph`, the first step runs lazily and the whole step is
+    then captured with torch.accelerator.Graph and replayed. `traced` collects the ops each step
+    traced (replays trace none; under torch.compile autograd's implicit ones_like(loss) is traced
+    outside the graphs)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
     def step():
@@ -30,6 +33,8 @@ def train(model, batch, loss_fn, steps=STEPS, compile=False, traced=None):
 
     if compile:
         step = torch.compile(step, backend="pjrt")
+    if graph:
+        step = graph_replayer(step, warmup=1)
     losses = []
     for _ in range(steps):
         before = torch.pjrt.metrics.counter("NodesTraced")
@@ -39,7 +44,7 @@ def train(model, batch, loss_fn, steps=STEPS, compile=False, traced=None):
     return losses
 
 
-def compare(builder, rtol=2e-4, atol=2e-5, compile=False):
+def compare(builder, rtol=2e-4, atol=2e-5, compile=False, graph=False):
     """Trains on CPU and on pjrt (`compile`: under torch.compile) and checks losses, weights and
     that nothing fell back; returns the ops each pjrt step traced."""
     torch.manual_seed(0)
@@ -49,7 +54,7 @@ def compare(builder, rtol=2e-4, atol=2e-5, compile=False):
     want = train(cpu_model, cpu_batch, loss_fn)
     torch.pjrt.metrics.reset()
     traced = []
-    got = train(dev_model, dev_batch, loss_fn, compile=compile, traced=traced)
+    got = train(dev_model, dev_batch, loss_fn, compile=compile, traced=traced, graph=graph)
     fallbacks = torch.pjrt.metrics.fallbacks()
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=rtol, atol=atol)
     for (name, p_cpu), p_dev in zip(cpu_model.named_parameters(), dev_model.parameters()):
@@ -151,6 +156,16 @@ def test_compiled_training_step_matches_cpu_and_replays(name):
         assert min(traced) > 30, traced
     else:
         assert traced[0] > 100 and max(traced[2:]) <= 3, traced  # the third step only replays
+
+@pytest.mark.parametrize("name", ["llama", "lstm"])
+def test_graph_captured_training_step_matches_cpu(name):
+    """torch.accelerator.Graph over a whole real-model step: replays match CPU eager and trace
+    nothing."""
+    if name == "llama":
+        pytest.importorskip("transformers")
+    traced = compare(real_models.TEXT_MODELS[name] if name == "llama" else real_models.lstm, graph=True)
+    assert traced[0] > 100 and traced[2] == 0, traced  # the capture's step traces, replays do not
+
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
 def test_gpt_example_loss_curve_matches_cpu(compiled):

@@ -41,6 +41,7 @@ def _register():
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     _C._set_candidate_provider(_start_candidate)
+    _C._register_graph_impl()  # torch.accelerator.Graph (needs the device's name)
     # XLA hardware prefers bfloat16 (torch's default for a PrivateUse1 device is float16); the
     # selected plugin's first AMP dtype replaces it when the device starts, if it differs.
     torch.set_autocast_dtype("pjrt", torch.bfloat16)
@@ -110,8 +111,10 @@ def _launch_after_optimizer_steps():
     as in every later step, so the first and later steps compile one graph, not two.
     """
     def begin(optimizer, args, kwargs):
-        if not torch.compiler.is_compiling():
-            _C._set_zero_reads_as_buffers(True)
+        if torch.compiler.is_compiling():
+            return
+        _check_capturable(optimizer)
+        _C._set_zero_reads_as_buffers(True)
 
     def launch(optimizer, args, kwargs):
         if torch.compiler.is_compiling():  # a compiled step launches its own graph
@@ -128,6 +131,20 @@ def _launch_after_optimizer_steps():
         register_optimizer_step_post_hook, register_optimizer_step_pre_hook)
     register_optimizer_step_pre_hook(begin)
     register_optimizer_step_post_hook(launch)
+
+
+def _check_capturable(optimizer):
+    """torch's own check for CUDA/XPU graphs, for pjrt: an optimizer whose state lives on the CPU
+    (``capturable=False``: Adam's step count) computes its bias corrections on the host, and a
+    graph's replays would repeat the captured step's values."""
+    if not _C._capturing_graph(-1) or all(group.get("capturable", True) for group in optimizer.param_groups):
+        return
+    devices = {p.device.index for group in optimizer.param_groups for p in group["params"]
+               if p.device.type == "pjrt"}
+    if any(_C._capturing_graph(index) for index in devices):
+        raise RuntimeError(
+            f"Attempting PJRT graph capture of step() for an instance of {type(optimizer).__name__} "
+            "but param_groups' capturable is False.")
 
 
 def _register_distributed_backend():

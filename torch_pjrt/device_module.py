@@ -31,6 +31,7 @@ __all__ = [
     "set_log_compiles", "set_dump_dir", "set_max_pending_nodes", "max_pending_nodes",
     "Stream", "Event", "current_stream", "default_stream", "stream", "set_stream",
     "global_rank", "world_size", "local_rank", "local_world_size", "host_index",
+    "PJRTGraph", "graph", "is_current_stream_capturing",
 ]
 
 
@@ -189,6 +190,36 @@ def stream(s: Optional[torch.Stream]):
 
 def set_stream(s: torch.Stream) -> None:
     torch.accelerator.set_stream(s)
+
+
+# ---------------------------------------------------------------------------------- graphs
+# torch.accelerator.Graph on pjrt (docs/design.md "Device graphs") under torch.cuda's names.
+
+class PJRTGraph(torch.accelerator.Graph):
+    """``torch.pjrt.PJRTGraph()``, torch.cuda.CUDAGraph's counterpart: a capture traces the region
+    once into one program without applying it; ``replay()`` runs that program on the same tensors."""
+
+
+class graph:
+    """``with torch.pjrt.graph(g):`` captures the block into ``g``, as torch.cuda.graph does.
+    ``pool``, ``stream`` and ``capture_error_mode`` are accepted for code written for CUDA: PJRT
+    owns the buffers, a device has one stream, and any sync inside the block raises."""
+
+    def __init__(self, pjrt_graph: torch.accelerator.Graph, pool=None, stream=None,
+                 capture_error_mode: str = "global"):
+        self.pjrt_graph = pjrt_graph
+
+    def __enter__(self):
+        synchronize()
+        self.pjrt_graph.capture_begin()
+
+    def __exit__(self, *exc_info):
+        self.pjrt_graph.capture_end()
+
+
+def is_current_stream_capturing() -> bool:
+    """Whether a graph is being captured on the current pjrt device."""
+    return _C._capturing_graph(current_device())
 
 
 # ---------------------------------------------------------------------------------- random

@@ -46,12 +46,6 @@ std::vector<ElementType> ElementTypes(const std::vector<at::Tensor>& tensors) {
   return out;
 }
 
-// The default generator's (seed, offset), advanced by `increment` (one replay's draws).
-std::pair<uint64_t, uint64_t> TakeRandomOffsets(int device, uint64_t increment) {
-  return ReserveRandomOffsets(
-      at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device)), increment);
-}
-
 at::Tensor ViewOver(const c10::Storage& storage, const CapturedCall::OutputView& v) {
   return TensorOver(storage, v.sizes, v.strides, v.storage_offset, v.dtype);
 }
@@ -119,6 +113,11 @@ bool LookAlike(const std::vector<at::Tensor>& inputs, const std::vector<Captured
 }
 
 }  // namespace
+
+std::pair<uint64_t, uint64_t> TakeRandomOffsets(int device, uint64_t increment) {
+  return ReserveRandomOffsets(
+      at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device)), increment);
+}
 
 CaptureStart BeginCapture(std::vector<at::Tensor>* inputs) {
   CaptureStart start;

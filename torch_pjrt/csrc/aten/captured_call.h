@@ -43,6 +43,10 @@ struct CaptureStart {
   std::vector<CapturedCall::InputView> inputs;  // the arguments as given
 };
 
+// The default generator of `device`: its (seed, offset), the offset then advanced by `increment`
+// (what one replay draws).
+std::pair<uint64_t, uint64_t> TakeRandomOffsets(int device, uint64_t increment);
+
 // Syncs pending work and gives every input a buffer. Inputs are pjrt tensors on one device and 0-d
 // CPU tensors, which are replaced by pjrt tensors holding a value scalar (the function must be
 // called with those; replays write the CPU value into that scalar).

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "graph/compile_cache.h"
+#include "graph/device_graph.h"
 #include "graph/index_checks.h"
 #include "graph/metrics.h"
 #include "lowering/lowering.h"
@@ -700,11 +701,24 @@ void SyncSettledDevice(int device, SyncCause cause, LaunchRecord* record, Deferr
   if (failure) throw DeviceError(*failure);
 }
 
+// Whether a sync may run while `device` may be capturing a device graph: the capture's own launch
+// (with a record) may; the optimizer-step launch is dropped (the region holds the whole step);
+// anything else would read or cut the region's trace, which a replay cannot repeat: raises.
+bool SyncAllowedDuringCapture(int device, SyncCause cause, const LaunchRecord* record) {
+  if (record != nullptr || !CapturingDeviceGraph(device)) return true;
+  if (cause == SyncCause::kOptimizerStep) return false;
+  throw std::runtime_error(std::string("pjrt: operation not permitted while a graph is being captured on pjrt:") +
+                           std::to_string(device) + ": it syncs the device (" + SyncCauseName(cause) +
+                           "), and a replay could not repeat that. Move host reads (.item(), .cpu(), "
+                           "print), CPU fallbacks and data-dependent shapes out of the captured region.");
+}
+
 }  // namespace
 
 void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   GraphLock lock;
   if (device >= NumTracedDevices()) return;
+  if (!SyncAllowedDuringCapture(device, cause, record)) return;
   // Earlier graphs' index checks are settled before this graph runs, so nothing computed from an
   // out-of-range index is used silently; the failure is raised at this sync point. Syncs for a
   // compiled call (before a replay) do not wait: their results inherit the checks instead.
@@ -715,6 +729,7 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
 void SyncValue(LazyStorage* s, SyncCause cause) {
   GraphLock lock;
   int device = s->device();
+  if (!SyncAllowedDuringCapture(device, cause, nullptr)) return;
   DeviceTrace& trace = Trace(device);
   DeferredErrorPtr failure = ResolveIndexChecks(device);
   DeviceTrace alone;

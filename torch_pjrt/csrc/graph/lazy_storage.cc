@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "graph/device_graph.h"
 #include "graph/trace.h"
 
 namespace torch_pjrt::graph {
@@ -35,6 +36,7 @@ LazyStorage::LazyStorage(int device, size_t nbytes) : device_(device), nbytes_(n
 
 LazyStorage::~LazyStorage() {
   GraphLock lock;
+  OrphanGraphStorage(this);  // a device graph that reads or writes us keeps our contents
   ForgetDirty(this);
   if (prev_) prev_->next_ = next_;
   else head_ = next_;

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "graph/device_graph.h"
 #include "graph/metrics.h"
 #include "lowering/lowering.h"
 #include "runtime/runtime.h"
@@ -163,6 +164,20 @@ void MaterializeZeros(LazyStorage* s) {
   ForgetDirty(s);  // no longer written in this trace: its next write orders its output as in step 2
 }
 
+// A never-written storage's zeros: as many elements of `dtype` as fit.
+TensorType NeverWrittenType(const LazyStorage* s, ElementType dtype) {
+  size_t item = ItemSize(dtype);
+  TensorType t;
+  if (item != 0 && s->nbytes() % item == 0) {
+    t.dtype = dtype;
+    t.dims = {static_cast<int64_t>(s->nbytes() / item)};
+  } else {
+    t.dtype = ElementType::kU8;
+    t.dims = {static_cast<int64_t>(s->nbytes())};
+  }
+  return t;
+}
+
 }  // namespace
 
 Value StorageValue(LazyStorage* s, ElementType dtype) {
@@ -181,15 +196,11 @@ Value StorageValue(LazyStorage* s, ElementType dtype) {
     s->param_epoch = trace.epoch;
     return Value{std::move(param), 0};
   }
-  // Never written: zeros, as many elements of `dtype` as fit.
-  size_t item = ItemSize(dtype);
-  TensorType t;
-  if (item != 0 && s->nbytes() % item == 0) {
-    t.dtype = dtype;
-    t.dims = {static_cast<int64_t>(s->nbytes() / item)};
-  } else {
-    t.dtype = ElementType::kU8;
-    t.dims = {static_cast<int64_t>(s->nbytes())};
+  // Never written: zeros.
+  TensorType t = NeverWrittenType(s, dtype);
+  if (MadeBeforeCapture(s)) {  // a device graph's replay must read what it holds by then
+    s->SetBuffer(ZeroBuffer(s->device(), t));
+    return StorageValue(s, dtype);
   }
   static const int zeros = InternalOp("pjrt::zeros");
   return MakeOp(zeros, s->device(), {}, {}, {}, {t})[0];
@@ -319,6 +330,9 @@ void ForgetDirty(LazyStorage* s) {
 
 int64_t MaxPendingNodes() { return g_max_pending_nodes; }
 void SetMaxPendingNodes(int64_t n) { g_max_pending_nodes = std::max<int64_t>(1, n); }
-bool TraceTooLarge(int device) { return Trace(device).op_nodes > g_max_pending_nodes; }
+bool TraceTooLarge(int device) {
+  // A device graph's capture holds its whole region (graph/device_graph.h).
+  return Trace(device).op_nodes > g_max_pending_nodes && !CapturingDeviceGraph(device);
+}
 
 }  // namespace torch_pjrt::graph

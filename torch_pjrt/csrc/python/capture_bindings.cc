@@ -6,12 +6,17 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "aten/captured_call.h"
+#include "aten/device_graph_impl.h"
+#include "graph/device_graph.h"
 
 namespace py = pybind11;
 
 namespace torch_pjrt {
 
 void BindCapture(py::module& m) {
+  // torch.accelerator.Graph on pjrt (graph/device_graph.h), registered once the device is named.
+  m.def("_register_graph_impl", &aten::RegisterGraphImpl);
+  m.def("_capturing_graph", [](int64_t device) { return graph::CapturingDeviceGraph(static_cast<int>(device)); });
   py::class_<aten::CapturedCall, std::shared_ptr<aten::CapturedCall>>(m, "_CapturedCall")
       .def_property_readonly("traced_ops", [](const aten::CapturedCall& c) { return c.graph->traced_ops; })
       .def_property_readonly("num_outputs", [](const aten::CapturedCall& c) { return c.outputs.size(); });

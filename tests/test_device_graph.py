@@ -1,0 +1,163 @@
+"""torch.accelerator.Graph on pjrt (graph/device_graph.h): a region traced once and replayed on the
+same tensors with no tracing, as a CUDA graph is. Replays match CPU eager and the lazy path, each
+replay is one execution, the capture itself changes nothing, and what a replay could not repeat
+(host reads, a CPU-side optimizer state) raises the error torch raises for CUDA graphs."""
+import pytest
+import torch
+
+from helpers import Counters
+
+
+def make_mlp(device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=device != "cpu")
+    return model, opt
+
+
+def train_step(model, opt, x, y):
+    opt.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def batches(n):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)) for _ in range(n)]
+
+
+def test_training_step_replays_match_cpu_one_execution_each():
+    data = batches(6)
+    model, opt = make_mlp("cpu")
+    expected = [train_step(model, opt, x, y).item() for x, y in data]
+
+    model_p, opt_p = make_mlp("pjrt")
+    static_x, static_y = data[0][0].to("pjrt"), data[0][1].to("pjrt")
+    for x, y in data[:2]:  # warm-up: the optimizer state exists before the capture
+        static_x.copy_(x)
+        static_y.copy_(y)
+        train_step(model_p, opt_p, static_x, static_y)
+    graph = torch.accelerator.Graph()
+    with graph:
+        static_loss = train_step(model_p, opt_p, static_x, static_y)
+    got = []
+    for x, y in data[2:]:
+        static_x.copy_(x)
+        static_y.copy_(y)
+        with Counters() as c:
+            graph.replay()
+        assert c["Executions"] == 1 and c["NodesTraced"] == 0 and c["GraphsCompiled"] == 0
+        got.append(static_loss.item())
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(expected[2:]), rtol=1e-5, atol=1e-5)
+    for p, q in zip(model_p.parameters(), model.parameters()):
+        torch.testing.assert_close(p.cpu(), q, rtol=1e-4, atol=1e-5)
+
+
+def test_capture_changes_nothing_until_replayed():
+    x = torch.arange(4.0).to("pjrt")
+    graph = torch.accelerator.Graph()
+    with graph:
+        x.mul_(2)
+        y = x + 1
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]  # as a CUDA graph capture, nothing ran
+    graph.replay()
+    assert x.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert y.cpu().tolist() == [1.0, 3.0, 5.0, 7.0]
+    graph.replay()
+    assert y.cpu().tolist() == [1.0, 5.0, 9.0, 13.0]
+
+
+def test_replay_reads_inputs_written_lazily_and_never_written_inputs():
+    static = torch.empty(4, device="pjrt")  # never written before the capture
+    graph = torch.accelerator.Graph()
+    with graph:
+        out = static * 3
+    static.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    graph.replay()
+    assert out.cpu().tolist() == [3.0, 6.0, 9.0, 12.0]
+    static.add_(1)  # pending when the replay starts
+    graph.replay()
+    assert out.cpu().tolist() == [6.0, 9.0, 12.0, 15.0]
+    static.view(2, 2).copy_(torch.ones(2, 2))  # a buffer of another shape than the captured one
+    graph.replay()
+    assert out.cpu().tolist() == [3.0] * 4
+
+
+def test_random_ops_draw_fresh_numbers_like_the_lazy_path():
+    x = torch.ones(64, device="pjrt")
+    torch.manual_seed(5)
+    lazy = [torch.nn.functional.dropout(x, 0.5).cpu() for _ in range(3)]
+    torch.manual_seed(5)
+    graph = torch.accelerator.Graph()
+    with graph:
+        out = torch.nn.functional.dropout(x, 0.5)
+    replays = []
+    for _ in range(3):
+        graph.replay()
+        replays.append(out.cpu())
+    for a, b in zip(lazy, replays):
+        torch.testing.assert_close(a, b)
+    assert not torch.equal(replays[0], replays[1])
+
+
+def test_graphs_chained_through_a_dropped_tensor():
+    x = torch.tensor([1.0, 2.0], device="pjrt")
+    first, second = torch.accelerator.Graph(), torch.accelerator.Graph()
+    with first:
+        hidden = x + 1
+    with second:
+        out = hidden * 3
+    del hidden  # the graphs keep what it holds between them
+    x.copy_(torch.tensor([10.0, 20.0]))
+    first.replay()
+    second.replay()
+    assert out.cpu().tolist() == [33.0, 63.0]
+
+
+def test_host_read_in_the_region_raises():
+    x = torch.ones(3, device="pjrt")
+    graph = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match="while a graph is being captured"):
+        with graph:
+            (x + 1).sum().item()
+    assert (x + 1).cpu().tolist() == [2.0] * 3  # the device works after the failed capture
+
+
+def test_optimizer_without_capturable_raises_like_cuda():
+    model = torch.nn.Linear(4, 2).to("pjrt")
+    opt = torch.optim.Adam(model.parameters(), capturable=False)
+    model(torch.ones(1, 4, device="pjrt")).sum().backward()
+    opt.step()
+    graph = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match="capturable is False"):
+        with graph:
+            opt.step()
+
+
+def test_replay_needs_a_capture_and_reset_allows_another():
+    graph = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match="needs a captured graph"):
+        graph.replay()
+    x = torch.zeros(2, device="pjrt")
+    with graph:
+        x.add_(1)
+    graph.reset()
+    with graph:
+        x.add_(5)
+    graph.replay()
+    assert x.cpu().tolist() == [5.0, 5.0]
+
+
+def test_torch_pjrt_mirrors_torch_cuda_graph_names():
+    x = torch.ones(2, device="pjrt")
+    g = torch.pjrt.PJRTGraph()
+    assert not torch.pjrt.is_current_stream_capturing()
+    with torch.pjrt.graph(g):
+        assert torch.pjrt.is_current_stream_capturing()
+        x.mul_(3)
+    assert not torch.pjrt.is_current_stream_capturing()
+    g.replay()
+    g.replay()
+    assert x.cpu().tolist() == [9.0, 9.0]
