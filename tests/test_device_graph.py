@@ -15,8 +15,8 @@ def make_mlp(device):
     return model, opt
 
 
-def train_step(model, opt, x, y):
-    opt.zero_grad(set_to_none=True)
+def train_step(model, opt, x, y, set_to_none=True):
+    opt.zero_grad(set_to_none=set_to_none)
     loss = torch.nn.functional.mse_loss(model(x), y)
     loss.backward()
     opt.step()
@@ -28,20 +28,21 @@ def batches(n):
     return [(torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)) for _ in range(n)]
 
 
-def test_training_step_replays_match_cpu_one_execution_each():
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["grads_made_in_region", "grads_zeroed_in_place"])
+def test_training_step_replays_match_cpu_one_execution_each(set_to_none):
     data = batches(6)
     model, opt = make_mlp("cpu")
-    expected = [train_step(model, opt, x, y).item() for x, y in data]
+    expected = [train_step(model, opt, x, y, set_to_none).item() for x, y in data]
 
     model_p, opt_p = make_mlp("pjrt")
     static_x, static_y = data[0][0].to("pjrt"), data[0][1].to("pjrt")
     for x, y in data[:2]:  # warm-up: the optimizer state exists before the capture
         static_x.copy_(x)
         static_y.copy_(y)
-        train_step(model_p, opt_p, static_x, static_y)
+        train_step(model_p, opt_p, static_x, static_y, set_to_none)
     graph = torch.accelerator.Graph()
     with graph:
-        static_loss = train_step(model_p, opt_p, static_x, static_y)
+        static_loss = train_step(model_p, opt_p, static_x, static_y, set_to_none)
     got = []
     for x, y in data[2:]:
         static_x.copy_(x)
