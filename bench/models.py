@@ -181,18 +181,27 @@ def compiled_table(results):
              "| model | mode | compiled steps/s | / lazy pjrt | / eager | / inductor | steps 1, 2 (s) | "
              "step 1, cached (s) | executions / step | fallbacks | peak RSS (MB) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def row(c, p, _compiled, e, i):
+        return (f"{cell(c, 'steps_per_s', '{:.1f}')} | {ratio(c, p)} | {ratio(c, e)} | {ratio(c, i)} | "
+                f"{first_steps(c)} | {cell(c, 'cached_first_step_s', '{:.2f}')} | "
+                f"{cell(c, 'executions_per_step', '{:.2f}')} | {cell(c, 'fallbacks', '{}')} | "
+                f"{cell(c, 'peak_rss_mb', '{:.0f}')}")
+    return lines + backend_rows(results, "pjrt-compiled", 9, row)
+
+
+def backend_rows(results, backend, columns, row):
+    """One table row per (model, mode) that `backend` ran: `row(this, lazy, compiled, eager,
+    inductor)` gives its `columns` cells after the model and mode."""
+    lines = []
     for (name, mode) in sorted({(n, m) for n, m, _ in results}, key=lambda k: (k[1] != "train", k[0])):
-        c, p, e, i = (results.get((name, mode, b)) for b in ("pjrt-compiled", "pjrt", "eager", "inductor"))
-        if not c:
+        this, *others = (results.get((name, mode, b)) for b in (backend, "pjrt", "pjrt-compiled", "eager", "inductor"))
+        if not this:
             continue
-        if "error" in c:
-            lines.append(f"| {name} | {mode} | error: {c['error'][:80]} |" + " - |" * 8)
+        if "error" in this:
+            lines.append(f"| {name} | {mode} | error: {this['error'][:160]} |" + " - |" * (columns - 1))
             continue
-        lines.append(
-            f"| {name} | {mode} | {cell(c, 'steps_per_s', '{:.1f}')} | {ratio(c, p)} | {ratio(c, e)} | "
-            f"{ratio(c, i)} | {first_steps(c)} | {cell(c, 'cached_first_step_s', '{:.2f}')} | "
-            f"{cell(c, 'executions_per_step', '{:.2f}')} | {cell(c, 'fallbacks', '{}')} | "
-            f"{cell(c, 'peak_rss_mb', '{:.0f}')} |")
+        lines.append(f"| {name} | {mode} | {row(this, *others)} |")
     return lines
 
 
@@ -205,18 +214,12 @@ def graph_table(results):
              "| model | mode | graph steps/s | / lazy pjrt | / compiled | / eager | / inductor | steps 1, 2 (s) | "
              "capture step (s) | executions / step | peak RSS (MB) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (name, mode) in sorted({(n, m) for n, m, _ in results}, key=lambda k: (k[1] != "train", k[0])):
-        g, p, c, e, i = (results.get((name, mode, b)) for b in ("pjrt-graph", "pjrt", "pjrt-compiled", "eager", "inductor"))
-        if not g:
-            continue
-        if "error" in g:
-            lines.append(f"| {name} | {mode} | error: {g['error'][:160]} |" + " - |" * 8)
-            continue
-        lines.append(
-            f"| {name} | {mode} | {cell(g, 'steps_per_s', '{:.1f}')} | {ratio(g, p)} | {ratio(g, c)} | "
-            f"{ratio(g, e)} | {ratio(g, i)} | {first_steps(g)} | {cell(g, 'third_step_s', '{:.2f}')} | "
-            f"{cell(g, 'executions_per_step', '{:.2f}')} | {cell(g, 'peak_rss_mb', '{:.0f}')} |")
-    return lines
+
+    def row(g, p, c, e, i):
+        return (f"{cell(g, 'steps_per_s', '{:.1f}')} | {ratio(g, p)} | {ratio(g, c)} | {ratio(g, e)} | "
+                f"{ratio(g, i)} | {first_steps(g)} | {cell(g, 'third_step_s', '{:.2f}')} | "
+                f"{cell(g, 'executions_per_step', '{:.2f}')} | {cell(g, 'peak_rss_mb', '{:.0f}')}")
+    return lines + backend_rows(results, "pjrt-graph", 9, row)
 
 
 def main():

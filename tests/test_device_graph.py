@@ -162,3 +162,25 @@ def test_torch_pjrt_mirrors_torch_cuda_graph_names():
     g.replay()
     g.replay()
     assert x.cpu().tolist() == [9.0, 9.0]
+
+
+def test_a_dropped_input_keeps_its_last_value():
+    x = torch.tensor([1.0, 2.0], device="pjrt")
+    graph = torch.accelerator.Graph()
+    with graph:
+        out = x * 2
+    del x
+    graph.replay()
+    assert out.cpu().tolist() == [2.0, 4.0]
+
+
+def test_replay_inside_a_capture_raises():
+    x = torch.zeros(2, device="pjrt")
+    first, second = torch.accelerator.Graph(), torch.accelerator.Graph()
+    with first:
+        x.add_(1)
+    with pytest.raises(RuntimeError, match="while another is being captured"):
+        with second:
+            first.replay()
+    first.replay()
+    assert x.cpu().tolist() == [1.0, 1.0]

@@ -217,10 +217,7 @@ bool InputsMatch(const CapturedGraph& g, const std::vector<LazyStorage*>& inputs
     const LazyStorage* s = inputs[g.params[k].input];
     const runtime::Buffer& b = *s->buffer();
     const TensorType& want = g.compiled->arg_types[k];
-    if (s->device() != g.device || b.type() != want.dtype ||
-        !std::equal(b.dims().begin(), b.dims().end(), want.dims.begin(), want.dims.end())) {
-      return false;
-    }
+    if (s->device() != g.device || !HasType(b, want)) return false;
   }
   return true;
 }

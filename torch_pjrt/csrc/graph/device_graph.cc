@@ -84,10 +84,6 @@ TensorView ContiguousView(const TensorType& t) {
   return v;
 }
 
-bool HasType(const runtime::Buffer& b, const TensorType& t) {
-  return b.type() == t.dtype && std::equal(b.dims().begin(), b.dims().end(), t.dims.begin(), t.dims.end());
-}
-
 // Gives every storage the program reads a buffer of the type it was compiled for. A pending value
 // (written lazily since), a never-written storage (made in the region: zeros) or a buffer of
 // another shape (a host copy takes its source's) become one, all in one sync.

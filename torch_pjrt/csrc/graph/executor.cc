@@ -380,6 +380,10 @@ std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
   return buffers;
 }
 
+bool HasType(const runtime::Buffer& b, const TensorType& t) {
+  return b.type() == t.dtype && std::equal(b.dims().begin(), b.dims().end(), t.dims.begin(), t.dims.end());
+}
+
 bool SoleHolder(const std::shared_ptr<runtime::Buffer>& buffer) {
   return buffer.use_count() - buffer->inflight_reads() == 1;
 }
@@ -554,8 +558,7 @@ std::vector<PJRT_Buffer*> Arguments(int device, const DeviceTrace& trace, const 
   for (size_t i = 0; i < trace.params.size(); ++i) {
     const runtime::Buffer& b = *trace.params[i]->buffer;
     const TensorType& want = compiled.arg_types[i];
-    if (b.donated() || b.type() != want.dtype ||
-        !std::equal(b.dims().begin(), b.dims().end(), want.dims.begin(), want.dims.end())) {
+    if (b.donated() || !HasType(b, want)) {
       throw std::logic_error("pjrt: argument " + std::to_string(i) + " is " + TypeName(b.type()) +
                              " but the program expects " + lowering::TypeString(want) +
                              (b.donated() ? " (buffer was donated)" : ""));

@@ -52,6 +52,9 @@ struct LaunchRecord {
 // it after those readers).
 bool SoleHolder(const std::shared_ptr<runtime::Buffer>& buffer);
 
+// Whether `b` has `t`'s element type and dimensions (what a program parameter of type `t` takes).
+bool HasType(const runtime::Buffer& b, const TensorType& t);
+
 // What one launch does with the parameters its program aliases to results: it donates the
 // buffers that only their one holder holds (SoleHolder), and names the others as non-donatable
 // (PJRT copies them).

@@ -27,8 +27,8 @@ enum class Counter : int {
   kTransferBytesFromDevice,
   kDeviceToDeviceCopies,
   kFallbackOps,        // total CPU fallback calls
-  kGraphsCaptured,     // torch.compile'd graphs whose first call was captured for replay
-  kGraphReplays,       // calls of captured graphs (no tracing: graph/capture.h)
+  kGraphsCaptured,     // graphs captured for replay: torch.compile first calls, torch.accelerator.Graph
+  kGraphReplays,       // replays of captured graphs (no tracing: graph/capture.h, graph/device_graph.h)
   kRememberedReads,    // reads answered by an earlier read's result, no sync (graph/read_memo.h)
   kValuesComputedAhead,  // small reads computed alone, the trace left uncut (graph/read_memo.h)
   kNumCounters
