@@ -86,18 +86,15 @@ TensorView ContiguousView(const TensorType& t) {
 
 // Gives every storage the program reads a buffer of the type it was compiled for. A pending value
 // (written lazily since), a never-written storage (made in the region: zeros) or a buffer of
-// another shape (a host copy takes its source's) become one, all in one sync.
+// another shape (a host copy takes its source's) become one, all in one sync. A failed storage or
+// a poisoned buffer raises its error, as any read of it does (ReadTensor).
 void ReadyParams(const CapturedGraph& g, const std::vector<LazyStorage*>& inputs) {
   bool sync = false;
   for (size_t k = 0; k < g.params.size(); ++k) {
     if (g.params[k].input < 0) continue;
     LazyStorage* s = inputs[g.params[k].input];
-    if (s->error()) throw DeviceError(*s->error());
     const TensorType& want = g.compiled->arg_types[k];
-    if (s->has_buffer()) {
-      if (s->buffer()->poison()) throw DeviceError(*s->buffer()->poison());
-      if (HasType(*s->buffer(), want)) continue;
-    }
+    if (s->has_buffer() && !s->buffer()->poison() && HasType(*s->buffer(), want)) continue;
     s->SetPending(ReadTensor(s, ContiguousView(want)));
     sync = true;
   }
