@@ -115,8 +115,7 @@ bool LookAlike(const std::vector<at::Tensor>& inputs, const std::vector<Captured
 }  // namespace
 
 std::pair<uint64_t, uint64_t> TakeRandomOffsets(int device, uint64_t increment) {
-  return ReserveRandomOffsets(
-      at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device)), increment);
+  return ReserveRandomOffsets(DefaultGenerator(device), increment);
 }
 
 CaptureStart BeginCapture(std::vector<at::Tensor>* inputs) {

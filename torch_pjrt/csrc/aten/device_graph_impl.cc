@@ -18,7 +18,7 @@ namespace torch_pjrt::aten {
 namespace {
 
 void SetRandomOffset(int device, uint64_t offset) {
-  at::Generator gen = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device));
+  at::Generator gen = DefaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_offset(offset);
 }

@@ -1,5 +1,6 @@
 #include "aten/lazy_tensor.h"
 
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/AutogradState.h>
 #include <c10/core/StorageImpl.h>
@@ -117,6 +118,10 @@ graph::TensorView ViewOf(const at::Tensor& t) {
   v.strides.assign(t.strides().begin(), t.strides().end());
   v.offset = t.storage_offset();
   return v;
+}
+
+at::Generator DefaultGenerator(int device) {
+  return at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device));
 }
 
 std::pair<uint64_t, uint64_t> ReserveRandomOffsets(at::Generator gen, uint64_t increment) {

@@ -48,6 +48,10 @@ at::Tensor TensorOfValue(graph::Value v, c10::IntArrayRef sizes, c10::ScalarType
 // Converts `v` to `dtype` and broadcasts it to `sizes` (no nodes when already matching).
 graph::Value Coerce(graph::Value v, ElementType dtype, c10::IntArrayRef sizes, int device);
 
+// The default generator of pjrt device `device` (random ops without a generator argument, the
+// random offsets of captured calls and device graphs).
+at::Generator DefaultGenerator(int device);
+
 // Reserves `increment` counter values of the pjrt generator `gen`: returns its seed and the first
 // reserved offset (random ops read both as value scalars).
 std::pair<uint64_t, uint64_t> ReserveRandomOffsets(at::Generator gen, uint64_t increment);

@@ -431,9 +431,7 @@ Arg RandomState(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const M
                 NodeBuilder* b) {
   std::optional<at::Generator> given;
   if (sig.generator_arg >= 0) given = args[sig.generator_arg].toOptional<at::Generator>();
-  at::Generator gen = given && given->defined()
-                          ? *given
-                          : at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, device));
+  at::Generator gen = given && given->defined() ? *given : DefaultGenerator(device);
   TORCH_CHECK(gen.device().type() == c10::DeviceType::PrivateUse1,
               "Expected a '", c10::get_privateuse1_backend(), "' device type for generator but found '",
               gen.device().type(), "'");
