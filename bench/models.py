@@ -175,51 +175,60 @@ def first_steps(r):
 
 def compiled_table(results):
     """torch.compile(backend="pjrt") against the lazy path, eager and inductor of the same run."""
-    lines = ["", "`torch.compile(backend=\"pjrt\")`: the whole training step (AdamW with `capturable=True`) or "
-             "the inference step (the forward and the sum that is read), traced once per graph and then replayed; `torch._dynamo.config.allow_rnn` "
-             "is set (the inductor column runs without it: Dynamo then runs nn.LSTM eagerly).", "",
-             "| model | mode | compiled steps/s | / lazy pjrt | / eager | / inductor | steps 1, 2 (s) | "
-             "step 1, cached (s) | executions / step | fallbacks | peak RSS (MB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-
-    def row(c, p, _compiled, e, i):
-        return (f"{cell(c, 'steps_per_s', '{:.1f}')} | {ratio(c, p)} | {ratio(c, e)} | {ratio(c, i)} | "
-                f"{first_steps(c)} | {cell(c, 'cached_first_step_s', '{:.2f}')} | "
-                f"{cell(c, 'executions_per_step', '{:.2f}')} | {cell(c, 'fallbacks', '{}')} | "
-                f"{cell(c, 'peak_rss_mb', '{:.0f}')}")
-    return lines + backend_rows(results, "pjrt-compiled", 9, row)
-
-
-def backend_rows(results, backend, columns, row):
-    """One table row per (model, mode) that `backend` ran: `row(this, lazy, compiled, eager,
-    inductor)` gives its `columns` cells after the model and mode."""
-    lines = []
-    for (name, mode) in sorted({(n, m) for n, m, _ in results}, key=lambda k: (k[1] != "train", k[0])):
-        this, *others = (results.get((name, mode, b)) for b in (backend, "pjrt", "pjrt-compiled", "eager", "inductor"))
-        if not this:
-            continue
-        if "error" in this:
-            lines.append(f"| {name} | {mode} | error: {this['error'][:160]} |" + " - |" * (columns - 1))
-            continue
-        lines.append(f"| {name} | {mode} | {row(this, *others)} |")
-    return lines
+    return backend_table(results, "pjrt-compiled", (
+        "`torch.compile(backend=\"pjrt\")`: the whole training step (AdamW with `capturable=True`) or "
+        "the inference step (the forward and the sum that is read), traced once per graph and then replayed; `torch._dynamo.config.allow_rnn` "
+        "is set (the inductor column runs without it: Dynamo then runs nn.LSTM eagerly)."), [
+        ("compiled steps/s", field("steps_per_s", "{:.1f}")),
+        ("/ lazy pjrt", against("pjrt")), ("/ eager", against("eager")), ("/ inductor", against("inductor")),
+        ("steps 1, 2 (s)", lambda this, others: first_steps(this)),
+        ("step 1, cached (s)", field("cached_first_step_s", "{:.2f}")),
+        ("executions / step", field("executions_per_step", "{:.2f}")),
+        ("fallbacks", field("fallbacks", "{}")),
+        ("peak RSS (MB)", field("peak_rss_mb", "{:.0f}"))])
 
 
 def graph_table(results):
     """torch.accelerator.Graph (pjrt-graph) against the other ways of the same run."""
-    lines = ["", "`torch.accelerator.Graph` (`pjrt-graph`): two lazy warm-up steps, then the whole step "
-             "(forward, backward and AdamW with `capturable=True`, or the inference step) captured once on "
-             "the third and replayed from then on, with the batch in the same tensors (a CUDA-graph "
-             "training loop). The capture column is the third step: tracing, compiling and one replay.", "",
-             "| model | mode | graph steps/s | / lazy pjrt | / compiled | / eager | / inductor | steps 1, 2 (s) | "
-             "capture step (s) | executions / step | peak RSS (MB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    return backend_table(results, "pjrt-graph", (
+        "`torch.accelerator.Graph` (`pjrt-graph`): two lazy warm-up steps, then the whole step "
+        "(forward, backward and AdamW with `capturable=True`, or the inference step) captured once on "
+        "the third and replayed from then on, with the batch in the same tensors (a CUDA-graph "
+        "training loop). The capture column is the third step: tracing, compiling and one replay."), [
+        ("graph steps/s", field("steps_per_s", "{:.1f}")),
+        ("/ lazy pjrt", against("pjrt")), ("/ compiled", against("pjrt-compiled")),
+        ("/ eager", against("eager")), ("/ inductor", against("inductor")),
+        ("steps 1, 2 (s)", lambda this, others: first_steps(this)),
+        ("capture step (s)", field("third_step_s", "{:.2f}")),
+        ("executions / step", field("executions_per_step", "{:.2f}")),
+        ("peak RSS (MB)", field("peak_rss_mb", "{:.0f}"))])
 
-    def row(g, p, c, e, i):
-        return (f"{cell(g, 'steps_per_s', '{:.1f}')} | {ratio(g, p)} | {ratio(g, c)} | {ratio(g, e)} | "
-                f"{ratio(g, i)} | {first_steps(g)} | {cell(g, 'third_step_s', '{:.2f}')} | "
-                f"{cell(g, 'executions_per_step', '{:.2f}')} | {cell(g, 'peak_rss_mb', '{:.0f}')}")
-    return lines + backend_rows(results, "pjrt-graph", 9, row)
+
+def field(key, fmt):
+    """A column showing the table's backend's `key`."""
+    return lambda this, others: cell(this, key, fmt)
+
+
+def against(backend):
+    """A column with the table's backend's steps/s over `backend`'s."""
+    return lambda this, others: ratio(this, others[backend])
+
+
+def backend_table(results, backend, intro, columns):
+    """A table of `backend`'s runs, one row per (model, mode) it ran. `columns` are (heading,
+    cell(this, others)) pairs, `others` mapping each other backend to its run of the same model."""
+    lines = ["", intro, "", "| model | mode | " + " | ".join(heading for heading, _ in columns) + " |",
+             "|---|---|" + "---|" * len(columns)]
+    for (name, mode) in sorted({(n, m) for n, m, _ in results}, key=lambda k: (k[1] != "train", k[0])):
+        this = results.get((name, mode, backend))
+        if not this:
+            continue
+        if "error" in this:
+            lines.append(f"| {name} | {mode} | error: {this['error'][:160]} |" + " - |" * (len(columns) - 1))
+            continue
+        others = {b: results.get((name, mode, b)) for b in BACKENDS if b != backend}
+        lines.append(f"| {name} | {mode} | " + " | ".join(cell_of(this, others) for _, cell_of in columns) + " |")
+    return lines
 
 
 def main():
