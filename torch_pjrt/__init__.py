@@ -120,9 +120,7 @@ def _launch_after_optimizer_steps():
         if torch.compiler.is_compiling():  # a compiled step launches its own graph
             return
         _C._set_zero_reads_as_buffers(False)
-        devices = {p.device.index for group in optimizer.param_groups for p in group["params"]
-                   if p.device.type == "pjrt"}
-        for index in devices:
+        for index in _pjrt_devices(optimizer):
             _C._synchronize(index, "optimizer_step", False)
 
     import torch
@@ -133,15 +131,18 @@ def _launch_after_optimizer_steps():
     register_optimizer_step_post_hook(launch)
 
 
+def _pjrt_devices(optimizer):
+    """The indices of the pjrt devices holding `optimizer`'s parameters."""
+    return {p.device.index for group in optimizer.param_groups for p in group["params"] if p.device.type == "pjrt"}
+
+
 def _check_capturable(optimizer):
     """torch's own check for CUDA/XPU graphs, for pjrt: an optimizer whose state lives on the CPU
     (``capturable=False``: Adam's step count) computes its bias corrections on the host, and a
     graph's replays would repeat the captured step's values."""
     if not _C._capturing_graph(-1) or all(group.get("capturable", True) for group in optimizer.param_groups):
         return
-    devices = {p.device.index for group in optimizer.param_groups for p in group["params"]
-               if p.device.type == "pjrt"}
-    if any(_C._capturing_graph(index) for index in devices):
+    if any(_C._capturing_graph(index) for index in _pjrt_devices(optimizer)):
         raise RuntimeError(
             f"Attempting PJRT graph capture of step() for an instance of {type(optimizer).__name__} "
             "but param_groups' capturable is False.")
