@@ -45,7 +45,8 @@ def train(model, batch, loss_fn, steps=STEPS, compile=False, traced=None, graph=
 
 
 def compare(builder, rtol=2e-4, atol=2e-5, compile=False, graph=False):
-    """Trains on CPU and on pjrt (`compile`: under torch.compile) and checks losses, weights and
+    """Trains on CPU and on pjrt (`compile`: under torch.compile; `graph`: captured with
+    torch.accelerator.Graph and replayed) and checks losses, weights and
     that nothing fell back; returns the ops each pjrt step traced."""
     torch.manual_seed(0)
     cpu_model, cpu_batch, loss_fn = builder("cpu")
@@ -156,6 +157,7 @@ def test_compiled_training_step_matches_cpu_and_replays(name):
         assert min(traced) > 30, traced
     else:
         assert traced[0] > 100 and max(traced[2:]) <= 3, traced  # the third step only replays
+
 
 @pytest.mark.parametrize("name", ["llama", "lstm"])
 def test_graph_captured_training_step_matches_cpu(name):
