@@ -9,7 +9,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from helpers import dumped_text, dumping_graphs
+from helpers import Counters, dumped_text, dumping_graphs
 
 HERE = os.path.dirname(__file__)
 
@@ -159,3 +159,106 @@ def test_activations_travel_channels_last(tmp_path):
         calls = host_calls(text, target)
         # Per graph: the first four convolutions channels-last, the weight-heavy last one not.
         assert sum("channels_last = 1" in c for c in calls) == 4 * sum("channels_last" not in c for c in calls) > 0
+
+
+# The optimizer step after a convolutional backward (graph/executor.h, LaunchBeforeOptimizerStep).
+def conv_net():
+    # No bias before the batch norm: its gradient is rounding noise, which AdamW scales to +-lr.
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+        torch.nn.Linear(16, 5))
+
+
+def mostly_dense_net():
+    """One small convolution ahead of a deep stack of linear layers (a ViT's patch embedding)."""
+    layers = [torch.nn.Conv2d(3, 8, 4, stride=4), torch.nn.Flatten()]
+    layers += [m for _ in range(12) for m in (torch.nn.Linear(32, 32), torch.nn.LayerNorm(32), torch.nn.GELU())]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(32, 5))
+
+
+def train_steps(make_net, device, steps, capturable=False):
+    """Losses, parameters and per-step counters of AdamW steps on fixed random batches."""
+    torch.manual_seed(0)
+    net = make_net().to(device)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2, capturable=capturable)
+    x, y = torch.randn(4, 3, 8, 8).to(device), torch.randint(0, 5, (4,)).to(device)
+    losses, counters = [], []
+    for _ in range(steps):
+        with Counters() as c:
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            if device == "pjrt":
+                torch.pjrt.synchronize()
+        losses.append(loss.item())
+        counters.append(c)
+    return losses, [p.detach().cpu() for p in net.parameters()], counters
+
+
+def test_a_convolutional_backward_launches_before_the_optimizer_step():
+    """In one program XLA starts each update as soon as its gradient exists, beside the backward's
+    host kernels; launched apart, the updates follow the backward (ResNet-18 ~20% faster). Both
+    programs are cached: two executions per step, nothing compiled after the first step."""
+    want_losses, want_params, _ = train_steps(conv_net, "cpu", 3)
+    losses, params, counters = train_steps(conv_net, "pjrt", 3)
+    torch.testing.assert_close(losses, want_losses, rtol=1e-4, atol=1e-5)
+    for got, want in zip(params, want_params):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for c in counters:
+        assert c["Sync::before_optimizer_step"] == 1 and c["Sync::optimizer_step"] == 1
+        assert c["Executions"] == 2 and c["FallbackOps"] == 0
+    assert [c["GraphsCompiled"] for c in counters[1:]] == [0, 0]
+
+
+def test_a_mostly_dense_backward_stays_one_program_with_its_step():
+    want_losses, want_params, _ = train_steps(mostly_dense_net, "cpu", 2)
+    losses, params, counters = train_steps(mostly_dense_net, "pjrt", 2)
+    torch.testing.assert_close(losses, want_losses, rtol=1e-4, atol=1e-5)
+    for got, want in zip(params, want_params):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert [(c["Executions"], c["Sync::before_optimizer_step"]) for c in counters] == [(1, 0), (1, 0)]
+
+
+def test_a_captured_convolutional_step_stays_one_program():
+    """A device graph holds the whole step: the launch before the optimizer step is dropped in the
+    capture, as the one after it is."""
+    _, _, warm = train_steps(conv_net, "pjrt", 2, capturable=True)
+    assert warm[-1]["Executions"] == 2
+    torch.manual_seed(0)
+    net = conv_net().to("pjrt")
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2, capturable=True)
+    x, y = torch.randn(4, 3, 8, 8).to("pjrt"), torch.randint(0, 5, (4,)).to("pjrt")
+
+    def step():
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(2):
+        step()
+    graph = torch.accelerator.Graph()
+    with Counters() as c, graph:
+        static_loss = step()
+    assert c["Sync::before_optimizer_step"] == 0
+    with Counters() as c:
+        graph.replay()
+        torch.pjrt.synchronize()
+    assert c["Executions"] == 1 and c["NodesTraced"] == 0
+    want_losses, want_params, _ = train_steps(conv_net, "cpu", 3)  # the capture runs nothing
+    torch.testing.assert_close(static_loss.item(), want_losses[2], rtol=1e-4, atol=1e-5)
+    for got, want in zip(net.parameters(), want_params):
+        torch.testing.assert_close(got.detach().cpu(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_without_host_kernels_a_convolutional_step_is_one_program():
+    script = ("import sys; sys.path.insert(0, %r)\n" % HERE +
+              "from test_host_kernels import conv_net, train_steps\n"
+              "print([c['Executions'] for c in train_steps(conv_net, 'pjrt', 2)[2]])\n")
+    env = dict(os.environ, TORCH_PJRT_HOST_KERNELS="0")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["[1,", "1]"], proc.stdout

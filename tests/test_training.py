@@ -100,7 +100,10 @@ def test_cnn_training_matches_cpu():
                 opt.step()
                 losses.append(loss.item())
             if device == "pjrt" and step >= 2:
-                assert c["Executions"] == 1 and c["GraphsCompiled"] == 0 and c["FallbackOps"] == 0
+                # Convolutions and pooling are a large part of the backward: it launches as the
+                # optimizer step begins, and the step runs after it (test_host_kernels.py).
+                assert c["Executions"] == 2 and c["Sync::before_optimizer_step"] == 1
+                assert c["GraphsCompiled"] == 0 and c["FallbackOps"] == 0
         results[device] = (losses, m[1].running_mean.cpu())
     torch.testing.assert_close(results["pjrt"][0], results["cpu"][0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(results["pjrt"][1], results["cpu"][1], rtol=1e-4, atol=1e-5)

@@ -105,6 +105,10 @@ def _launch_after_optimizer_steps():
     trace step after step into one graph until the pending-node bound cuts it at an arbitrary
     point, and every cut graph is new: compiles instead of one cached step graph. Launching at
     the end of ``optimizer.step()`` (asynchronously: nothing waits) keeps one execution per step.
+    Where host kernels (convolutions, pooling) make up much of the backward, the forward and
+    backward launch as the step begins, and the step is two executions: the updates then run
+    after the backward instead of competing with its kernels for the cores (ResNet-18 ~20%
+    faster; ``_C._launch_before_optimizer_step`` decides).
 
     During the step, zero-filled storages are read as device buffers (``_set_zero_reads_as_buffers``):
     optimizer state made in the first step (Adam's ``zeros_like(param)``) is then a graph input
@@ -114,6 +118,8 @@ def _launch_after_optimizer_steps():
         if torch.compiler.is_compiling():
             return
         _check_capturable(optimizer)
+        for index in _pjrt_devices(optimizer):  # a backward of host kernels runs on its own
+            _C._launch_before_optimizer_step(index)
         _C._set_zero_reads_as_buffers(True)
 
     def launch(optimizer, args, kwargs):

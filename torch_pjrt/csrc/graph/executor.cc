@@ -261,6 +261,7 @@ void ResetTrace(DeviceTrace& trace) {
   for (auto& b : trace.slot_bytes) b.clear();
   trace.slot_count.fill(0);
   trace.op_nodes = 0;
+  trace.host_kernel_nodes = 0;
   trace.uncut_reads = 0;
   ++trace.epoch;
 }
@@ -279,6 +280,7 @@ const char* SyncCauseName(SyncCause c) {
     case SyncCause::kEvent: return "event";
     case SyncCause::kDataDependentShape: return "data_dependent_shape";
     case SyncCause::kOptimizerStep: return "optimizer_step";
+    case SyncCause::kBeforeOptimizerStep: return "before_optimizer_step";
     case SyncCause::kCompiledCall: return "compiled_call";
     default: return "other";
   }
@@ -705,11 +707,12 @@ void SyncSettledDevice(int device, SyncCause cause, LaunchRecord* record, Deferr
 }
 
 // Whether a sync may run while `device` may be capturing a device graph: the capture's own launch
-// (with a record) may; the optimizer-step launch is dropped (the region holds the whole step);
-// anything else would read or cut the region's trace, which a replay cannot repeat: raises.
+// (with a record) may; the optimizer step's launches are dropped (the region holds the whole
+// step, one program); anything else would read or cut the region's trace, which a replay cannot
+// repeat: raises.
 bool SyncAllowedDuringCapture(int device, SyncCause cause, const LaunchRecord* record) {
   if (record != nullptr || !CapturingDeviceGraph(device)) return true;
-  if (cause == SyncCause::kOptimizerStep) return false;
+  if (cause == SyncCause::kOptimizerStep || cause == SyncCause::kBeforeOptimizerStep) return false;
   throw std::runtime_error(std::string("pjrt: operation not permitted while a graph is being captured on pjrt:") +
                            std::to_string(device) + ": it syncs the device (" + SyncCauseName(cause) +
                            "), and a replay could not repeat that. Move host reads (.item(), .cpu(), "
@@ -762,6 +765,22 @@ std::string PendingGraphText(int device) {
   PendingGraph g = CollectTargets(trace);
   if (g.outputs.empty()) return "";
   return LowerTrace(trace, g.outputs, Donations(trace, g), /*want_summary=*/false).text;
+}
+
+namespace {
+// Host-kernel ops per op node from which a backward launches before the optimizer step: ResNet-18
+// and MobileNetV3's are 25% (both faster apart), ViT's patch embedding 0.15% (1-3% slower apart).
+constexpr int64_t kNodesPerHostKernelToLaunchApart = 20;
+
+bool HostKernelBound(const DeviceTrace& trace) {
+  return trace.host_kernel_nodes > 0 && trace.host_kernel_nodes * kNodesPerHostKernelToLaunchApart >= trace.op_nodes &&
+         Target().host_kernels;
+}
+}  // namespace
+
+void LaunchBeforeOptimizerStep(int device) {
+  GraphLock lock;
+  if (device < NumTracedDevices() && HostKernelBound(Trace(device))) SyncDevice(device, SyncCause::kBeforeOptimizerStep);
 }
 
 void SyncAllDevices(SyncCause cause) {

@@ -22,6 +22,7 @@ enum class SyncCause : int {
   kEvent,           // a stream event was recorded
   kDataDependentShape,  // a result's size depends on data (nonzero, masked_select, unique)
   kOptimizerStep,   // an optimizer step ended: the training step's graph is launched, not waited for
+  kBeforeOptimizerStep,  // a backward of host kernels launched before the optimizer's step traces
   kCompiledCall,    // a torch.compile'd graph finished its first (traced) call: graph/capture.h
   kOther,
   kNumCauses
@@ -86,6 +87,13 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record = nullptr);
 // this trace guards the value or where it reads a poisoned buffer, the whole device syncs instead.
 void SyncValue(LazyStorage* s, SyncCause cause);
 void SyncAllDevices(SyncCause cause);
+// Called as an optimizer step begins: launches `device`'s pending trace (the forward and backward)
+// on its own when ops that may run as host kernels are at least one in 20 of its op nodes, so
+// that the step's updates run after the backward instead of beside it. In one program XLA starts
+// each parameter's update as soon as its gradient exists, and those fusions then compete for the
+// cores with the host kernels' OpenMP team, whose barriers wait whenever one of its threads is
+// descheduled (docs/design.md, "The optimizer step after a convolutional backward").
+void LaunchBeforeOptimizerStep(int device);
 // The StableHLO the next sync of `device` would compile, without compiling or running it ("" when
 // nothing is pending): torch.pjrt's graph inspection and the collectives' program tests.
 std::string PendingGraphText(int device);

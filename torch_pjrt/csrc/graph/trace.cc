@@ -297,7 +297,9 @@ Value MakeSlot(int device, ElementType dtype, const void* bytes) {
 std::vector<Value> MakeOp(int op, int device, const std::vector<Value>& inputs, ArgList args,
                           ArgPool pool, std::vector<TensorType> outputs) {
   NodeRef node = MakeOpNode(op, device, inputs, std::move(args), std::move(pool), std::move(outputs));
-  ++Trace(device).op_nodes;
+  DeviceTrace& trace = Trace(device);
+  ++trace.op_nodes;
+  if (lowering::Table()[op].host_kernel) ++trace.host_kernel_nodes;
   Metrics::Increment(Counter::kNodesTraced);
   std::vector<Value> out;
   size_t n = node->num_outputs();

@@ -82,6 +82,7 @@ struct DeviceTrace {
   Dims replica_devices;
   std::vector<LazyStorage*> dirty;  // storages written in this epoch (null once they die)
   int64_t op_nodes = 0;             // op nodes made in this epoch
+  int64_t host_kernel_nodes = 0;    // of those, ops that may run as host kernels (OpLowering::host_kernel)
   // Reads answered in this epoch without cutting the trace (remembered or computed ahead): a
   // capture refuses such a trace, whose replays would not read afresh.
   int64_t uncut_reads = 0;

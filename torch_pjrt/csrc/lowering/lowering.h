@@ -128,6 +128,11 @@ struct OpLowering {
   // find the calls CPU refuses (aten/cpu_probe.h). False where the CPU kernel trusts index data
   // that stand-ins cannot make consistent (embedding_bag's offsets): it could crash.
   bool cpu_probe = true;
+  // The op may run as a host kernel (TargetOptions::host_kernels: a convolution or max pooling
+  // through torch's CPU kernel). The graph counts such nodes per trace: where they are a large
+  // part of a backward, the optimizer's step runs as its own execution (graph/executor.h,
+  // LaunchBeforeOptimizerStep).
+  bool host_kernel = false;
 };
 
 class Registry {

@@ -618,8 +618,8 @@ std::vector<Val> LowerMseLossBackward(LowerCtx& c) {
 void RegisterNNOps(Registry& r) {
   // PrivateUse1 receives convolutions as convolution_overrideable, which has no Meta kernel of
   // its own: its shapes and strides come from aten/meta_overrides.cc.
-  r.Add("convolution_overrideable", LowerConvolution);
-  r.Add("convolution_backward_overrideable", LowerConvolutionBackward);
+  r.Add("convolution_overrideable", LowerConvolution).host_kernel = true;
+  r.Add("convolution_backward_overrideable", LowerConvolutionBackward).host_kernel = true;
   // native_batch_norm updates running_mean/var in place without saying so in its schema.
   r.Add("native_batch_norm", LowerNativeBatchNorm).extra_mutations = {3, 4};
   r.Add("_native_batch_norm_legit", LowerBatchNormLegit);

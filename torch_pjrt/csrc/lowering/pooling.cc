@@ -607,8 +607,8 @@ std::vector<Val> LowerFractionalMaxPool(LowerCtx& c) {
 void RegisterPoolingOps(Registry& r) {
   // max_pool2d_with_indices moved here from nn.cc: its window padding now loses ties to real
   // elements (an all -inf window reported index -1) and NaN ties follow the CPU scan order.
-  r.Add("max_pool2d_with_indices", LowerMaxPool<2>);
-  r.Add("max_pool2d_with_indices_backward", LowerMaxPoolBackward<2>);
+  r.Add("max_pool2d_with_indices", LowerMaxPool<2>).host_kernel = true;
+  r.Add("max_pool2d_with_indices_backward", LowerMaxPoolBackward<2>).host_kernel = true;
   r.Add("max_pool3d_with_indices", LowerMaxPool<3>);
   r.Add("max_pool3d_with_indices_backward", LowerMaxPoolBackward<3>);
   r.Add("avg_pool2d", LowerAvgPool<2>);

@@ -220,6 +220,10 @@ PYBIND11_MODULE(_C, m) {
     }
     if (wait) graph::WaitDevice(static_cast<int>(device));
   });
+  m.def("_launch_before_optimizer_step", [](int64_t device) {
+    py::gil_scoped_release no_gil;
+    graph::LaunchBeforeOptimizerStep(CheckedDevice(device));
+  });
   m.def("_counters", [] { return graph::Metrics::Counters(); });
   m.def("_timers", [] {
     py::dict d;
