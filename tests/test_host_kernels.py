@@ -177,19 +177,29 @@ def mostly_dense_net():
     return torch.nn.Sequential(*layers, torch.nn.Linear(32, 5))
 
 
-def train_steps(make_net, device, steps, capturable=False):
-    """Losses, parameters and per-step counters of AdamW steps on fixed random batches."""
+def training(make_net, device, capturable=False):
+    """A net and its AdamW training step (returning the loss) on a fixed random batch."""
     torch.manual_seed(0)
     net = make_net().to(device)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-2, capturable=capturable)
     x, y = torch.randn(4, 3, 8, 8).to(device), torch.randint(0, 5, (4,)).to(device)
+
+    def step():
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return net, step
+
+
+def train_steps(make_net, device, steps):
+    """Losses, parameters and per-step counters of `training`'s steps."""
+    net, step = training(make_net, device)
     losses, counters = [], []
     for _ in range(steps):
         with Counters() as c:
-            opt.zero_grad()
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            opt.step()
+            loss = step()
             if device == "pjrt":
                 torch.pjrt.synchronize()
         losses.append(loss.item())
@@ -224,22 +234,12 @@ def test_a_mostly_dense_backward_stays_one_program_with_its_step():
 def test_a_captured_convolutional_step_stays_one_program():
     """A device graph holds the whole step: the launch before the optimizer step is dropped in the
     capture, as the one after it is."""
-    _, _, warm = train_steps(conv_net, "pjrt", 2, capturable=True)
-    assert warm[-1]["Executions"] == 2
-    torch.manual_seed(0)
-    net = conv_net().to("pjrt")
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-2, capturable=True)
-    x, y = torch.randn(4, 3, 8, 8).to("pjrt"), torch.randint(0, 5, (4,)).to("pjrt")
-
-    def step():
-        opt.zero_grad()
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    for _ in range(2):
-        step()
+    net, step = training(conv_net, "pjrt", capturable=True)
+    for _ in range(2):  # lazy warm-up steps (optimizer state made): launched apart
+        with Counters() as warm:
+            step()
+            torch.pjrt.synchronize()
+    assert warm["Executions"] == 2
     graph = torch.accelerator.Graph()
     with Counters() as c, graph:
         static_loss = step()
