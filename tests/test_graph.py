@@ -228,7 +228,9 @@ def test_a_repeated_read_of_unchanged_buffers_cuts_no_graph():
     for i in range(3):
         with Counters() as c:
             total = step(mask).item()
-        torch.testing.assert_close(total, expected.item())
+        # float32 tolerances: XLA sums the 64 elements in another order than torch (Python
+        # floats would get float64's, which that order's rounding exceeds on some draws).
+        torch.testing.assert_close(total, expected.item(), rtol=1e-5, atol=1e-6)
         if i == 2:
             assert c["RememberedReads"] >= 1 and c["Executions"] <= 1
     mask[0, 0] = 0  # a new buffer: the read runs again and sees the zero
