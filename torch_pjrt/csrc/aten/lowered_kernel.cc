@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/WrapDimMinimal.h>
+#include <c10/util/SmallVector.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -527,6 +528,7 @@ class LoweredKernel final : public c10::OperatorKernel {
     std::string where = sig.index_checks.empty() ? std::string() : graph::SourceLocation();
     graph::GraphLock lock;
     NodeBuilder b{device, {}, {}, {}};
+    b.inputs.reserve(sig.num_functional_args + 2);  // one allocation (+2: a random op's seed and offset)
     for (size_t i = 0; i < sig.num_functional_args; ++i) {
       const c10::IValue& iv = args[i];
       switch (sig.roles[i]) {
@@ -559,6 +561,7 @@ class LoweredKernel final : public c10::OperatorKernel {
     }
     if (sig.random) b.args.push_back(RandomState(sig, args, meta, device, &b));
     std::vector<graph::TensorType> out_types;
+    out_types.reserve(meta.outputs.size() + sig.extra_mutations.size());
     for (const OutSpec& o : meta.outputs) {
       // Undefined results get an invalid type: the lowering may skip them.
       out_types.push_back(o.defined ? graph::TensorType{ToElementType(o.dtype), Dims(o.sizes.begin(), o.sizes.end())}
@@ -596,24 +599,22 @@ class LoweredKernel final : public c10::OperatorKernel {
       WriteValue(t, Coerce(values[meta.outputs.size() + k], ToElementType(t.scalar_type()), t.sizes(), device));
     }
 
-    std::vector<c10::IValue> returns;
+    c10::SmallVector<c10::IValue, 2> returns;  // inline: most ops return one or two tensors
     switch (sig.variant) {
       case Variant::kFunctional: {
-        std::vector<at::Tensor> results;
-        for (size_t j = 0; j < meta.outputs.size(); ++j) {
+        auto result = [&](size_t j) {
           const OutSpec& o = meta.outputs[j];
-          if (!o.defined) {
-            results.emplace_back();
-            continue;
-          }
+          if (!o.defined) return at::Tensor();
           at::Tensor t = EmptyStrided(o.sizes, o.strides, o.dtype, device);
           if (t.numel() > 0) WriteValue(t, values[j]);
-          results.push_back(std::move(t));
-        }
+          return t;
+        };
         if (meta.list_return) {
-          returns.emplace_back(c10::List<at::Tensor>(results));
+          c10::List<at::Tensor> results;
+          for (size_t j = 0; j < meta.outputs.size(); ++j) results.push_back(result(j));
+          returns.emplace_back(std::move(results));
         } else {
-          for (at::Tensor& t : results) returns.emplace_back(std::move(t));
+          for (size_t j = 0; j < meta.outputs.size(); ++j) returns.emplace_back(result(j));
         }
         break;
       }
