@@ -22,6 +22,9 @@ prepare)
   printf '[torch_pjrt.plugins]\ncuda = torch_pjrt.backends.cuda:CudaPlugin\n' > .devcheck/fake/torch_pjrt_devcheck-0.1.dist-info/entry_points.txt
   echo "prepared .devcheck/" ;;
 run)
+  if [ -d .venv ]; then  # the lent machine's copy carries no .venv; a developer's checkout has one
+    echo "run edits sources in place (the stand-ins below): run it on the lent GPU machine's copy" >&2; exit 2
+  fi
   OUT="${OUT:-/tmp}"
   export PYTHONPATH=$PWD/.devcheck/fake:$PWD TORCH_DEVICE_BACKEND_AUTOLOAD=0 PJRT_DEVICE=cuda
   printf '#include "aten/device_graph_impl.h"\nnamespace torch_pjrt::aten { void RegisterGraphImpl() {} }\n' \
@@ -33,10 +36,10 @@ run)
   MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { grep error: "$OUT/build.log" | head; exit 1; }
   timeout 300 python3 bench/cuda_smoke.py
   for mode in plain imported pjrt; do
-    device=cuda; run="import sys, runpy, torch"
-    [ "$mode" != plain ] && run="$run, torch_pjrt"
-    [ "$mode" = pjrt ] && device=pjrt
-    echo "== examples/gpt.py, batch 64 x 256, $device (torch_pjrt ${mode/plain/not imported})"
+    device=cuda; run="import sys, runpy, torch"; label="torch CUDA, torch_pjrt not imported"
+    [ "$mode" = imported ] && run="$run, torch_pjrt" && label="torch CUDA, torch_pjrt imported"
+    [ "$mode" = pjrt ] && run="$run, torch_pjrt" && device=pjrt && label="pjrt on the cuda sub-plugin"
+    echo "== examples/gpt.py, batch 64 x 256, $label"
     timeout 150 python3 -c "$run
 sys.argv = ['gpt.py', '--device', '$device', '--steps', '25', '--batch', '64', '--context', '256']
 runpy.run_path('examples/gpt.py', run_name='__main__')" 2>&1 | grep -E "^step  2[2-4]|Error" | tail -3
