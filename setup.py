@@ -59,6 +59,8 @@ setup(
     version=VERSION,
     description="A PyTorch device backed by PJRT plugins through a lazy StableHLO graph",
     packages=find_packages(include=["torch_pjrt", "torch_pjrt.*"]),
+    # The torch.backends entry point, outside the package so torch can ask it without registering.
+    py_modules=["_torch_pjrt_autoload"],
     ext_modules=[ext, worker],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
@@ -69,7 +71,7 @@ setup(
         "tpu": ["libtpu"],
     },
     entry_points={
-        "torch.backends": ["torch_pjrt = torch_pjrt:_autoload"],
+        "torch.backends": ["torch_pjrt = _torch_pjrt_autoload:autoload"],
         # torch.compile(backend="pjrt"), found by Dynamo without importing us.
         "torch_dynamo_backends": ["pjrt = torch_pjrt.dynamo:pjrt_backend"],
         "torch_pjrt.plugins": [

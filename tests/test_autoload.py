@@ -74,7 +74,7 @@ def test_broken_torch_pjrt_registration_never_breaks_import_torch():
         torch_pjrt._registered = False
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            torch_pjrt._autoload()
+            torch_pjrt._register_or_warn()
         print("warned", any("could not register" in str(x.message) for x in w))
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}).stdout
     assert "warned True" in out
@@ -139,3 +139,74 @@ def test_backward_threads_change_only_in_threads_that_make_pjrt_tensors():
     # Nor a thread's that has not made a pjrt tensor yet; one that has runs its backward itself
     # (also on a second device, whose autograd worker the CPU backward did not size for).
     assert "other thread {'before': True, 'after': False, 'grad': [2.0, 2.0]}" in out
+
+
+# torch with an accelerator of its own, faked on this CPU build: a compiled-in CUDA with one device.
+FAKE_TORCH_CUDA = """
+    import torch
+    torch.accelerator.current_accelerator = lambda check_available=False: torch.device("cuda")
+    torch.cuda.device_count = lambda: 1
+"""
+
+
+def test_autoload_leaves_torchs_own_accelerator_alone():
+    """Registering pjrt makes it torch's accelerator, and torch's autograd then fails on every
+    CUDA backward (pytorch/pytorch#161129): where CUDA has devices, the autoload stays out."""
+    out = run_python(FAKE_TORCH_CUDA + """
+    import sys, _torch_pjrt_autoload
+    _torch_pjrt_autoload.autoload()  # what `import torch` calls
+    print("registered", "torch_pjrt" in sys.modules, torch._C._get_privateuse1_backend_name())
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PJRT_DEVICE": ""}).stdout
+    assert "registered False privateuseone" in out
+
+
+def test_autoload_registers_beside_torchs_accelerator_when_asked():
+    for env, how in [({"PJRT_DEVICE": "cpu"}, "_torch_pjrt_autoload.autoload()"),
+                     ({"PJRT_DEVICE": ""}, "import torch_pjrt")]:
+        out = run_python(FAKE_TORCH_CUDA + f"""
+    import _torch_pjrt_autoload
+    {how}
+    print("registered", torch.ones(2, device="pjrt").cpu().tolist())
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", **env}).stdout
+        assert "registered [1.0, 1.0]" in out, how
+
+
+def test_autoload_on_torch_without_accelerator_asks_for_no_device_count():
+    out = run_python("""
+    import torch
+    asked = []
+    torch.cuda.device_count = lambda: asked.append(1) or 0
+    import _torch_pjrt_autoload
+    print("in use", _torch_pjrt_autoload.torch_accelerator_in_use(), "asked", len(asked))
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PJRT_DEVICE": ""}).stdout
+    assert "in use False asked 0" in out
+
+
+def test_backward_stream_assert_beside_torchs_accelerator_is_explained():
+    """After an explicit import beside CUDA, the engine's internal assert (raised here by a
+    Function standing in for the CUDA node) becomes an error naming the cause and the fix; other
+    errors and ordinary backwards are untouched."""
+    out = run_python(FAKE_TORCH_CUDA + """
+    import torch_pjrt
+
+    class Fails(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, message):
+            ctx.message = message
+            return x * 2
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError(ctx.message)
+
+    x = torch.ones(2, requires_grad=True)
+    for message in ["opt_ready_stream && opt_parent_stream INTERNAL ASSERT FAILED", "other"]:
+        try:
+            Fails.apply(x, message).sum().backward()
+        except RuntimeError as e:
+            print(message[:5], "->", str(e).split(":")[0], "| cause kept", e.__cause__ is not None)
+    (torch.ones(2, device="pjrt", requires_grad=True) * 3).sum().backward()
+    print("grad", torch.autograd.grad((x * 3).sum(), x)[0].tolist())
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}).stdout
+    assert "opt_r -> backward over cuda tensors fails while the pjrt device is registered | cause kept True" in out
+    assert "other -> other | cause kept False" in out
+    assert "grad [3.0, 3.0]" in out

@@ -1,7 +1,10 @@
 """torch_pjrt: PyTorch's ``pjrt`` device.
 
 Installed with pip, this package is loaded by ``import torch`` itself (a ``torch.backends`` entry
-point), so ``torch.ones(2, device="pjrt")`` needs no import of ours. Ops on pjrt tensors are
+point, ``_torch_pjrt_autoload.py``), so ``torch.ones(2, device="pjrt")`` needs no import of ours;
+where torch has its own accelerator with devices (CUDA, ROCm, XPU, MPS), only an explicit
+``import torch_pjrt`` or ``PJRT_DEVICE`` registers it, as registering takes that accelerator's
+autograd away (``torch_accelerator.py``). Ops on pjrt tensors are
 recorded into a lazy graph, lowered to StableHLO and compiled by the PJRT plugin of the active
 sub-plugin (see ``torch_pjrt.backends``).
 
@@ -28,8 +31,9 @@ def _register():
         return
     from . import _C
     from . import device_module
-    from .backends import registry
+    from . import torch_accelerator
 
+    own_accelerator = torch_accelerator.compiled_in_accelerator()  # before pjrt takes its place
     current = torch._C._get_privateuse1_backend_name()
     if current == "privateuseone":
         torch.utils.rename_privateuse1_backend("pjrt")
@@ -50,6 +54,8 @@ def _register():
     _register_distributed_backend()
     from . import rnn
     rnn.register()
+    if own_accelerator is not None:
+        torch_accelerator.explain_backward_failures(own_accelerator)
     atexit.register(device_module._shutdown)
     _registered = True
 
@@ -160,8 +166,9 @@ def _register_distributed_backend():
     distributed.register()
 
 
-def _autoload():
-    """Entry point called by ``import torch``. Never raises: a failure here must not break torch."""
+def _register_or_warn():
+    """Registers at import. Never raises: ``import torch`` may be what imports us, and a failure
+    here must not break torch."""
     global _registration_error
     try:
         _register()
@@ -173,5 +180,6 @@ def _autoload():
                       f"Disable autoloading with TORCH_DEVICE_BACKEND_AUTOLOAD=0.", RuntimeWarning)
 
 
-# An explicit `import torch_pjrt` (e.g. with TORCH_DEVICE_BACKEND_AUTOLOAD=0) registers too.
-_autoload()
+# Importing the package registers the device, whether `import torch` autoloaded it or the user
+# imported it (e.g. with TORCH_DEVICE_BACKEND_AUTOLOAD=0, or beside torch's own CUDA).
+_register_or_warn()
