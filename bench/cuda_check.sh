@@ -6,6 +6,8 @@
 #   (device tool) run "bash bench/cuda_check.sh run", carry [".devcheck"]
 #   (device tool) run "bash bench/cuda_check.sh autoload", carry [".devcheck"]   # the build and
 #                 bench/cuda_autoload_check.py only: torch_pjrt installed beside torch's own CUDA
+#   (device tool) run "bash bench/cuda_check.sh gpt", carry [".devcheck"]   # the build and the GPT
+#                 example lazy and compiled on pjrt, and eager and inductor on torch's CUDA
 #
 # `run` builds the extension in place against the machine's torch with two stand-ins for what
 # torch 2.11 lacks (torch.accelerator.Graph: no device graphs; c10d::PreMulSumSupplement is
@@ -14,6 +16,12 @@
 # Results of 2026-11-26 are in docs/plugins.md ("Hardware runs").
 set -uo pipefail
 cd "$(dirname "$0")/.."
+gpt() {  # label, extra imports, device, flags: examples/gpt.py at batch 64 x 256, its last steps
+  echo "== examples/gpt.py, batch 64 x 256, $1"
+  timeout 150 python3 -c "import sys, runpy, torch$2
+sys.argv = ['gpt.py', '--device', '$3', '--steps', '25', '--batch', '64', '--context', '256'] + '${4:-}'.split()
+runpy.run_path('examples/gpt.py', run_name='__main__')" 2>&1 | grep -E "^step  2[2-4]|Error" | tail -3
+}
 case "${1:-}" in
 prepare)
   mkdir -p .devcheck/fake/xla_plugins/xla_cpu_pjrt/include .devcheck/fake/torch_pjrt_devcheck-0.1.dist-info
@@ -21,10 +29,10 @@ prepare)
   cp .venv/lib/python3.*/site-packages/xla_plugins/xla_cpu_pjrt/include/*.h .devcheck/fake/xla_plugins/xla_cpu_pjrt/include/
   touch .devcheck/fake/xla_plugins/__init__.py .devcheck/fake/xla_plugins/xla_cpu_pjrt/__init__.py
   printf 'Metadata-Version: 2.1\nName: torch_pjrt_devcheck\nVersion: 0.1\n' > .devcheck/fake/torch_pjrt_devcheck-0.1.dist-info/METADATA
-  printf '[torch.backends]\ntorch_pjrt = _torch_pjrt_autoload:autoload\n\n[torch_pjrt.plugins]\ncuda = torch_pjrt.backends.cuda:CudaPlugin\n' \
+  printf '[torch.backends]\ntorch_pjrt = _torch_pjrt_autoload:autoload\n\n[torch_dynamo_backends]\npjrt = torch_pjrt.dynamo:pjrt_backend\n\n[torch_pjrt.plugins]\ncuda = torch_pjrt.backends.cuda:CudaPlugin\n' \
     > .devcheck/fake/torch_pjrt_devcheck-0.1.dist-info/entry_points.txt
   echo "prepared .devcheck/" ;;
-run|autoload)
+run|autoload|gpt)
   if [ -d .venv ]; then  # the lent machine's copy carries no .venv; a developer's checkout has one
     echo "run edits sources in place (the stand-ins below): run it on the lent GPU machine's copy" >&2; exit 2
   fi
@@ -37,21 +45,20 @@ run|autoload)
     torch_pjrt/device_module.py
   python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__)"; nvidia-smi -L
   MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { grep error: "$OUT/build.log" | head; exit 1; }
-  timeout 240 python3 bench/cuda_autoload_check.py
+  [ "$1" = gpt ] || timeout 240 python3 bench/cuda_autoload_check.py
   [ "$1" = autoload ] && exit 0
-  timeout 300 python3 bench/cuda_smoke.py
-  for mode in plain imported pjrt; do
-    device=cuda; run="import sys, runpy, torch"; label="torch CUDA, torch_pjrt not imported"
-    [ "$mode" = imported ] && run="$run, torch_pjrt" && label="torch CUDA, torch_pjrt imported"
-    [ "$mode" = pjrt ] && run="$run, torch_pjrt" && device=pjrt && label="pjrt on the cuda sub-plugin"
-    echo "== examples/gpt.py, batch 64 x 256, $label"
-    timeout 150 python3 -c "$run
-sys.argv = ['gpt.py', '--device', '$device', '--steps', '25', '--batch', '64', '--context', '256']
-runpy.run_path('examples/gpt.py', run_name='__main__')" 2>&1 | grep -E "^step  2[2-4]|Error" | tail -3
-  done
+  if [ "$1" = run ]; then
+    timeout 300 python3 bench/cuda_smoke.py
+    gpt "torch CUDA, torch_pjrt not imported" "" cuda
+    gpt "torch CUDA, torch_pjrt imported (an explained error expected)" ", torch_pjrt" cuda
+  fi
+  gpt "pjrt on the cuda sub-plugin" ", torch_pjrt" pjrt
+  gpt "pjrt on the cuda sub-plugin, torch.compile(backend='pjrt')" ", torch_pjrt" pjrt --compile
+  [ "$1" = gpt ] && gpt "torch CUDA eager" "" cuda && gpt "torch CUDA, torch.compile (inductor)" "" cuda --compile
+  [ "$1" = gpt ] && exit 0
   echo "== examples/gpt.py --compare-cpu"
   timeout 200 python3 -c "import sys, runpy, torch, torch_pjrt
 sys.argv = ['gpt.py', '--compare-cpu', '--steps', '20']
 runpy.run_path('examples/gpt.py', run_name='__main__')" 2>&1 | grep -E "largest|Error" ;;
-*) echo "usage: $0 prepare|run|autoload" >&2; exit 2 ;;
+*) echo "usage: $0 prepare|run|autoload|gpt" >&2; exit 2 ;;
 esac
