@@ -2,6 +2,7 @@
 // devices, reading a scalar, storage resizing and re-pointing, and the view ops that only change
 // metadata (PyTorch's own implementations work unchanged on our storages).
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -16,6 +17,7 @@
 
 #include <chrono>
 
+#include "aten/cpu_probe.h"
 #include "aten/lazy_tensor.h"
 #include "aten/torch_errors.h"
 #include "aten/transfer.h"
@@ -56,7 +58,18 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   return EmptyStrided(size, stride, dtype.value_or(c10::get_default_dtype_as_scalartype()), index);
 }
 
+// The checks CPU's copy_ makes through TensorIterator, in its order (overlap, then shape), for a
+// pjrt destination; a CPU destination's own copy_ makes them.
+void CheckCopyInto(const at::Tensor& dst, const at::Tensor& src) {
+  if (!IsPjrt(dst)) return;
+  CheckCopyOverlap(dst, src);
+  std::vector<int64_t> shape = at::infer_size(dst.sizes(), src.sizes());
+  TORCH_CHECK(dst.sizes() == c10::IntArrayRef(shape), "output with shape ", dst.sizes(),
+              " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
+}
+
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  CheckCopyInto(dst, self);
   WithTorchErrors([&] { CopyBetweenDevices(self, dst, non_blocking); });
   return dst;
 }

@@ -7,8 +7,11 @@
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <unordered_map>
 
 #include "aten/ivalue_map.h"
@@ -143,35 +146,60 @@ bool PartlyOverlap(const at::Tensor& a, const at::Tensor& b) {
   return a_begin < b_end && b_begin < a_end;
 }
 
-// Linear in the number of tensors (a _foreach_ op writes hundreds): only tensors on a storage
-// some written tensor uses are compared with it.
-bool WritesOverlap(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+struct WriteOverlap {
+  enum Kind { kNone, kFull, kOther } kind;  // kOther: a written tensor overlaps itself, or partly an input
+  int arg;                                  // kFull: the argument that is a written tensor
+};
+
+// The same elements in the same layout: one tensor, or a view of a storage laid out like it.
+bool FullyOverlap(const at::Tensor& a, const at::Tensor& b) {
+  if (a.is_same(b)) return true;  // torch's get_overlap_status: even when empty
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  return a.storage().is_alias_of(b.storage()) && a.storage_offset() == b.storage_offset() &&
+         a.sizes() == b.sizes() && a.strides() == b.strides() && a.itemsize() == b.itemsize();
+}
+
+// How the tensors a call writes overlap themselves and what it reads. Linear in the number of
+// tensors (a _foreach_ op writes hundreds): only tensors on a storage some written tensor uses are
+// compared with it. A written argument is not compared with itself (self of an in-place op).
+WriteOverlap ClassifyWriteOverlap(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   std::unordered_map<const c10::StorageImpl*, std::vector<at::Tensor>> written;
   for (const at::Tensor& w : WrittenTensors(sig, args)) {
     if (!IsPjrt(w)) continue;
-    if (at::has_internal_overlap(w) == at::MemOverlap::Yes) return true;
+    if (at::has_internal_overlap(w) == at::MemOverlap::Yes) return {WriteOverlap::kOther, -1};
     written[w.storage().unsafeGetStorageImpl()].push_back(w);
   }
-  bool partial = false;
-  for (size_t i = 0; i < sig.num_functional_args && !partial && !written.empty(); ++i) {
+  WriteOverlap found{WriteOverlap::kNone, -1};
+  const std::vector<int>& writes = sig.variant == Variant::kOut ? sig.out_args : sig.written_args;
+  for (size_t i = 0; i < sig.num_functional_args && found.kind != WriteOverlap::kOther && !written.empty(); ++i) {
+    bool is_written = std::find(writes.begin(), writes.end(), static_cast<int>(i)) != writes.end();
     ForEachTensor(args[i], [&](const at::Tensor& t) {
-      if (partial || !t.has_storage()) return;
+      if (found.kind == WriteOverlap::kOther || !t.has_storage()) return;
       auto it = written.find(t.storage().unsafeGetStorageImpl());
       if (it == written.end()) return;
-      for (const at::Tensor& w : it->second) partial = partial || PartlyOverlap(w, t);
+      for (const at::Tensor& w : it->second) {
+        if (PartlyOverlap(w, t)) {
+          found = {WriteOverlap::kOther, -1};
+        } else if (!is_written && FullyOverlap(w, t) &&
+                   found.kind == WriteOverlap::kNone) {
+          found = {WriteOverlap::kFull, static_cast<int>(i)};
+        }
+      }
     });
   }
-  return partial;
+  return found;
 }
 
 // CPU zeros with the pjrt arguments' storage sharing and layouts; null when they cannot be
 // mirrored (one storage seen with two dtypes) or are too large.
 std::optional<torch::jit::Stack> MirrorStorages(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   std::unordered_map<const c10::StorageImpl*, at::Tensor> storages;
+  // One tensor passed twice stays one tensor: torch's overlap checks treat the same TensorImpl as
+  // a full overlap even where its layout (an expanded tensor) makes comparing views "too hard".
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> tensors;
   bool ok = true;
   int64_t total = 0;
-  auto mirror = [&](const at::Tensor& t) -> at::Tensor {
-    if (!t.defined() || !IsPjrt(t)) return t;
+  auto mirror_view = [&](const at::Tensor& t) -> at::Tensor {
     const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
     auto it = storages.find(key);
     if (it == storages.end()) {
@@ -183,6 +211,14 @@ std::optional<torch::jit::Stack> MirrorStorages(const OpSignature& sig, c10::Arr
     if (it->second.scalar_type() != t.scalar_type()) ok = false;
     if (!ok) return t;
     return it->second.as_strided(t.sizes(), t.strides(), t.storage_offset());
+  };
+  auto mirror = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || !IsPjrt(t)) return t;
+    auto seen = tensors.find(t.unsafeGetTensorImpl());
+    if (seen != tensors.end()) return seen->second;
+    at::Tensor view = mirror_view(t);
+    if (ok) tensors.emplace(t.unsafeGetTensorImpl(), view);
+    return view;
   };
   torch::jit::Stack probe;
   for (size_t i = 0; i < sig.num_args; ++i) {
@@ -201,22 +237,27 @@ std::optional<torch::jit::Stack> MirrorStorages(const OpSignature& sig, c10::Arr
   return probe;
 }
 
-// Whether a number lies outside the range of an integral (or bool) tensor argument's dtype.
+// Whether a number lies outside the range of an integral tensor argument's dtype. Every integral
+// argument counts, not only the first (addcmul(bool, uint8, ...) computes in uint8): a number that
+// fits the type the op computes in only costs a probe that passes.
 bool NumberOutOfRange(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  std::optional<at::ScalarType> dtype;
-  for (size_t i = 0; i < sig.num_functional_args && !dtype; ++i) {
-    if (args[i].isTensor() && args[i].toTensor().defined()) dtype = args[i].toTensor().scalar_type();
-  }
-  if (!dtype || !at::isIntegralType(*dtype, /*includeBool=*/false)) return false;
+  auto overflows_any = [&](const c10::IValue& number) {
+    for (size_t i = 0; i < sig.num_functional_args; ++i) {
+      if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
+      at::ScalarType dtype = args[i].toTensor().scalar_type();
+      if (!at::isIntegralType(dtype, /*includeBool=*/false)) continue;
+      bool overflows = false;
+      // Unsigned 16/32/64-bit included: the plain integral dispatch lacks them and raised on them.
+      AT_DISPATCH_V2(dtype, "NumberOutOfRange", AT_WRAP([&] {
+        overflows = number.isInt() ? c10::overflows<scalar_t>(number.toInt())
+                                   : number.isDouble() && c10::overflows<scalar_t>(number.toDouble());
+      }), AT_EXPAND(AT_INTEGRAL_TYPES_V2));
+      if (overflows) return true;
+    }
+    return false;
+  };
   for (size_t i = 0; i < sig.num_functional_args; ++i) {
-    if (!args[i].isScalar()) continue;
-    bool overflows = false;
-    // Unsigned 16/32/64-bit included: the plain integral dispatch lacks them and raised on them.
-    AT_DISPATCH_V2(*dtype, "NumberOutOfRange", AT_WRAP([&] {
-      overflows = args[i].isInt() ? c10::overflows<scalar_t>(args[i].toInt())
-                                  : args[i].isDouble() && c10::overflows<scalar_t>(args[i].toDouble());
-    }), AT_EXPAND(AT_INTEGRAL_TYPES_V2));
-    if (overflows) return true;
+    if (args[i].isScalar() && overflows_any(args[i])) return true;
   }
   return false;
 }
@@ -255,14 +296,63 @@ std::optional<CpuRefusal> CpuScalarRangeRefusal(const OpSignature& sig, c10::Arr
 
 namespace torch_pjrt::aten {
 
-std::optional<CpuRefusal> CpuOverlapRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  if (!sig.cpu_probe || sig.variant == Variant::kFunctional || sig.random || !WritesOverlap(sig, args)) {
-    return std::nullopt;
-  }
+namespace {
+
+std::optional<CpuRefusal> ProbeOverlap(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, bool* decided) {
   std::optional<torch::jit::Stack> probe = MirrorStorages(sig, args);
+  *decided = false;
   if (!probe) return std::nullopt;
   std::optional<CpuRefusal> error = RunOnCpu(sig, &*probe);
-  return error && error->message.find("unsupported operation:") != std::string::npos ? error : std::nullopt;
+  bool overlap_refusal = error && error->message.find("unsupported operation:") != std::string::npos;
+  *decided = !error || overlap_refusal;  // another error may have come before the overlap check
+  return overlap_refusal ? error : std::nullopt;
+}
+
+// Whether an op refuses an argument that is one of the tensors it writes (index_put_'s values:
+// torch's assert_no_overlap) or accepts it (x.add_(x): TensorIterator), per op and argument: the
+// answer does not depend on shapes or values, and `x.mul_(x)` in a loop must not probe each call.
+class FullOverlapVerdicts {
+ public:
+  std::optional<CpuRefusal> Get(const OpSignature& sig, int arg, c10::ArrayRef<c10::IValue> args) {
+    auto key = std::make_pair(&sig, arg);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = verdicts_.find(key);
+      if (it != verdicts_.end()) return it->second;
+    }
+    bool decided = false;
+    std::optional<CpuRefusal> refusal = ProbeOverlap(sig, args, &decided);
+    if (decided) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      verdicts_.emplace(key, refusal);
+    }
+    return refusal;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<const OpSignature*, int>, std::optional<CpuRefusal>> verdicts_;
+};
+
+}  // namespace
+
+std::optional<CpuRefusal> CpuOverlapRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  if (!sig.cpu_probe || sig.variant == Variant::kFunctional || sig.random) return std::nullopt;
+  WriteOverlap overlap = ClassifyWriteOverlap(sig, args);
+  if (overlap.kind == WriteOverlap::kNone) return std::nullopt;
+  if (overlap.kind == WriteOverlap::kFull) {
+    static auto* verdicts = new FullOverlapVerdicts();
+    return verdicts->Get(sig, overlap.arg, args);
+  }
+  bool decided = false;
+  return ProbeOverlap(sig, args, &decided);
+}
+
+void CheckCopyOverlap(const at::Tensor& dst, const at::Tensor& src) {
+  at::assert_no_internal_overlap(dst);
+  TORCH_CHECK(!PartlyOverlap(dst, src),
+              "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+              "single memory location. Please clone() the tensor before performing the operation.");
 }
 
 }  // namespace torch_pjrt::aten

@@ -35,8 +35,14 @@ std::optional<CpuRefusal> CpuDtypeRefusal(const OpSignature& sig, c10::ArrayRef<
 // when a written tensor overlaps itself or partly overlaps an input, the call runs on the CPU on
 // zeros laid out like the pjrt storages (same sizes, strides, offsets and sharing) and an
 // "unsupported operation" refusal is raised. Not memoized: aliasing is not in the Meta cache key.
-// Cheap when nothing overlaps; storages beyond a size limit are not probed.
+// A written tensor passed again as an input (index_put_ of its own values) is refused by some ops
+// (torch's assert_no_overlap) and accepted by others (x.add_(x)); that verdict is kept per op and
+// argument. Cheap when nothing overlaps; storages beyond a size limit are not probed.
 std::optional<CpuRefusal> CpuOverlapRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args);
+
+// copy_'s overlap checks (TensorIterator's, which copy_ into a pjrt tensor does not reach): the
+// destination must not overlap itself (an expanded tensor) nor partly overlap the source.
+void CheckCopyOverlap(const at::Tensor& dst, const at::Tensor& src);
 
 // The error CPU eager raises when a Python number does not fit the dtype it is converted to
 // (`int8_tensor.masked_fill(mask, 1000)`: "value cannot be converted to type int8_t without

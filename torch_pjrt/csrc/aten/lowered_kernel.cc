@@ -147,6 +147,42 @@ OutSpec SpecOf(const at::Tensor& t) {
                  c10::SmallVector<int64_t, 6>(t.strides().begin(), t.strides().end())};
 }
 
+bool IsReadBy(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const at::Tensor& t) {
+  for (size_t i = 0; i < sig.num_functional_args; ++i) {
+    if (args[i].isTensor() && args[i].toTensor().is_same(t)) return true;
+    if (args[i].isTensorList()) {
+      for (const at::Tensor& e : args[i].toTensorList()) if (e.is_same(t)) return true;
+    }
+  }
+  return false;
+}
+
+// The written tensors, in the order of the results that the write takes.
+c10::SmallVector<at::Tensor, 4> WrittenInResultOrder(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  c10::SmallVector<at::Tensor, 4> written;
+  for (int a : sig.variant == Variant::kOut ? sig.out_args : sig.written_args) {
+    if (args[a].isTensor()) {
+      written.push_back(args[a].toTensor());
+    } else if (args[a].isTensorList()) {
+      for (const at::Tensor& t : args[a].toTensorList()) written.push_back(t);
+    }
+  }
+  return written;
+}
+
+// An in-place call whose result has another shape than the tensor it writes (another argument
+// broadcasts self up). Ops whose results do not map one to one onto the written tensors: none.
+bool InplaceResultReshapes(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const MetaResult& result) {
+  if (sig.variant != Variant::kInplace) return false;
+  c10::SmallVector<at::Tensor, 4> written = WrittenInResultOrder(sig, args);
+  if (written.size() != result.outputs.size()) return false;
+  for (size_t j = 0; j < written.size(); ++j) {
+    const OutSpec& o = result.outputs[j];
+    if (o.defined && written[j].defined() && written[j].sizes() != c10::IntArrayRef(o.sizes)) return true;
+  }
+  return false;
+}
+
 MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   c10::DispatchKeySet meta_keys(c10::DispatchKey::Meta);
   MetaOverride override_fn = nullptr;
@@ -181,8 +217,11 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
       for (const at::Tensor& t : r.toTensorList()) result.outputs.push_back(SpecOf(t));
     }
   }
-  // (Ops with a Meta override have no Meta kernel for their variants either.)
-  if (sig.variant != Variant::kFunctional && !sig.meta_runs_op && override_fn == nullptr) {
+  // (Ops with a Meta override have no Meta kernel for their variants either. An in-place call that
+  // would reshape self is refused by CheckReadWriteKeepsShapes, where some variants' Python Meta
+  // kernels resize self with a deprecation warning.)
+  if (sig.variant != Variant::kFunctional && !sig.meta_runs_op && override_fn == nullptr &&
+      !InplaceResultReshapes(sig, args, result)) {
     // The variant's own Meta kernel performs torch's checks (in-place broadcast and dtype
     // casting rules, out= dtype rules) with torch's messages. Out tensors are passed empty so
     // their resize warning comes from the real resize below, once per call.
@@ -199,6 +238,27 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
     RunMetaKernel(sig.op, &check);
   }
   return result;
+}
+
+// Refuses, with CPU eager's message, a call that would change the shape of a tensor it both reads
+// and writes: self of an in-place op, or an out= tensor that is also an input (ldexp_ is
+// mul_out(self, self, 2 ** other)), where the functional result is larger (another argument
+// broadcasts it up): "output with shape [2, 1] doesn't match the broadcast shape [2, 3]". The
+// variant's Meta kernel cannot be trusted with this: for ~30 in-place ops (fmod_, clamp_.Tensor,
+// eq_, ...) it is a Python reference that resizes self with a deprecation warning instead, and the
+// write then failed to compile or silently resized self. Per call, after the memoized Meta result:
+// whether an out= tensor is also an input is aliasing, which the Meta cache key does not hold.
+void CheckReadWriteKeepsShapes(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const MetaResult& result) {
+  if (sig.variant == Variant::kFunctional || sig.meta_runs_op) return;
+  c10::SmallVector<at::Tensor, 4> written = WrittenInResultOrder(sig, args);
+  if (written.size() != result.outputs.size()) return;
+  for (size_t j = 0; j < written.size(); ++j) {
+    const OutSpec& o = result.outputs[j];
+    if (!o.defined || !written[j].defined() || written[j].sizes() == c10::IntArrayRef(o.sizes)) continue;
+    if (sig.variant == Variant::kOut && !IsReadBy(sig, args, written[j])) continue;  // resized, as on the CPU
+    TORCH_CHECK(false, "output with shape ", written[j].sizes(), " doesn't match the broadcast shape ",
+                c10::IntArrayRef(o.sizes));
+  }
 }
 
 // Memoized meta results (null: the op has no meta result for these inputs, e.g. a data-dependent
@@ -520,8 +580,10 @@ class LoweredKernel final : public c10::OperatorKernel {
       return;
     }
     const MetaResult& meta = **meta_entry;
-    if (meta.cpu_refusal) meta.cpu_refusal->Raise();
+    // CPU's order (TensorIterator's): overlap, then shapes, then dtypes.
     if (auto refusal = CpuOverlapRefusal(sig, args)) refusal->Raise();
+    CheckReadWriteKeepsShapes(sig, args, meta);
+    if (meta.cpu_refusal) meta.cpu_refusal->Raise();
     if (auto refusal = CpuScalarRangeRefusal(sig, args)) refusal->Raise();
 
     // The Python line goes into index-check errors; found before locking (it runs Python).

@@ -1,5 +1,6 @@
 #include "aten/meta_guards.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
@@ -77,6 +78,15 @@ void FloatingOnly(Args a, torch::jit::Stack* r) {
   RunMeta(kName, "", a, r);
 }
 
+// bernoulli(self, p): a tensor p must expand to self's shape (CPU's p.expand_as(self)); the lowering
+// would broadcast it down to self's shape and fail to compile.
+template <const char* kName, const char* kOverload>
+void ProbabilitiesExpandToSelf(Args a, torch::jit::Stack* r) {
+  TORCH_CHECK(!a[1].isTensor() || at::is_expandable_to(a[1].toTensor().sizes(), a[0].toTensor().sizes()),
+              "p does not expand to self's shape: the CPU path raises");
+  RunMeta(kName, kOverload, a, r);
+}
+
 constexpr char kSort[] = "aten::sort", kStable[] = "stable", kNone[] = "", kTopk[] = "aten::topk",
                kKthvalue[] = "aten::kthvalue", kMedian[] = "aten::median", kDim[] = "dim",
                kNanmedian[] = "aten::nanmedian", kMode[] = "aten::mode", kCummax[] = "aten::cummax",
@@ -84,7 +94,7 @@ constexpr char kSort[] = "aten::sort", kStable[] = "stable", kNone[] = "", kTopk
                kTensor[] = "Tensor", kScalar[] = "Scalar", kScatterReduce[] = "aten::scatter_reduce",
                kTwo[] = "two", kIndexReduce[] = "aten::index_reduce",
                kHistc[] = "aten::histc", kLogcumsumexp[] = "aten::logcumsumexp",
-               kNansum[] = "aten::nansum";
+               kNansum[] = "aten::nansum", kBernoulli[] = "aten::bernoulli";
 
 }  // namespace
 
@@ -134,6 +144,7 @@ MetaOverride FindMetaGuard(const std::string& name) {
       // nansum: CPU rejects complex inputs (not an ordering op, but the same check).
       {"aten::nansum", &Ordered<kNansum, kNone, 0>},
       {"aten::nansum.out", &Ordered<kNansum, kNone, 0>},
+      {"aten::bernoulli.Tensor", &ProbabilitiesExpandToSelf<kBernoulli, kTensor>},
   };
   auto it = table->find(name);
   return it == table->end() ? nullptr : it->second;
