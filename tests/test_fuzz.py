@@ -230,13 +230,25 @@ def test_known_gap_empty_reduction_index_error():
         torch.zeros(0, device="pjrt").min(0)[0].cpu()
 
 
-@gap("lowering-time checks on empty tensors: nothing is lowered for a result without elements, so a check made in a "
-     "lowering (index_put's dtypes, var of integers) never runs")
-def test_known_gap_lowering_checks_on_empty_tensors():
-    x = torch.zeros(0, 2, dtype=torch.bfloat16, device="pjrt")
-    with pytest.raises(RuntimeError):
-        x[torch.tensor([0], device="pjrt")[:0]] = torch.zeros(0, 2, dtype=torch.bool, device="pjrt")
-        x.cpu()
+def test_lowering_checks_raise_at_the_call():
+    """A check a lowering makes (torch's, which only the CPU kernel makes) is raised when the op is
+    traced, also on empty tensors (nothing is lowered for them), never at a later, unrelated sync."""
+    calls = [
+        lambda d: torch.zeros(0, 2, dtype=torch.bfloat16, device=d).index_put_(
+            (torch.tensor([0], device=d)[:0],), torch.zeros(0, 2, dtype=torch.bool, device=d)),
+        lambda d: torch.zeros(4, device=d).index_put_((torch.tensor([0, 1, 2], device=d),), torch.zeros(5, device=d)),
+        lambda d: torch.tensor([1, 2], device=d).var(),
+        lambda d: torch.zeros(0, dtype=torch.int64, device=d).var(),
+        lambda d: torch.relu(torch.tensor([True], device=d)),
+        lambda d: torch.zeros(0, dtype=torch.int64, device=d).pow(-1),
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError) as cpu:
+            call("cpu")
+        with pytest.raises(RuntimeError) as pjrt:
+            call("pjrt")  # no read: raised by the call itself
+        assert str(pjrt.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+        (torch.ones(2, device="pjrt") + 1).cpu()  # and the next sync is clean
 
 
 @gap(f"out= resize strides: an out= tensor the op resizes gets its TensorIterator's strides on CPU (the inputs' "

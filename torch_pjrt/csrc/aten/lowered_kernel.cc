@@ -47,10 +47,18 @@ struct OutSpec {
   c10::SmallVector<int64_t, 6> strides;
 };
 
+// The error the op's lowering raises for these arguments (graph::LoweringRefusal), found on the
+// first call with them and raised on each.
+struct LoweringVerdict {
+  std::once_flag once;
+  std::optional<std::string> refusal;
+};
+
 struct MetaResult {
   std::vector<OutSpec> outputs;  // functional results, flattened
   bool list_return = false;      // the op returns one Tensor[]
   std::optional<CpuRefusal> cpu_refusal;  // CPU eager's dtype error for these arguments (cpu_probe.h)
+  std::shared_ptr<LoweringVerdict> lowering = std::make_shared<LoweringVerdict>();
 };
 
 // ---------------------------------------------------------------- meta inference
@@ -575,13 +583,14 @@ class LoweredKernel final : public c10::OperatorKernel {
       return;
     }
     MetaCache::Entry meta_entry = CachedMeta(sig, args);
+    // CPU's order (TensorIterator's): overlap, then shapes, then dtypes. Overlap before the CPU
+    // path too: it runs on CPU copies, which no longer alias each other.
+    if (auto refusal = CpuOverlapRefusal(sig, args)) refusal->Raise();
     if (!*meta_entry) {
       RunCpuFallback(op, stack, "has no static result shape for these arguments (e.g. a boolean mask)");
       return;
     }
     const MetaResult& meta = **meta_entry;
-    // CPU's order (TensorIterator's): overlap, then shapes, then dtypes.
-    if (auto refusal = CpuOverlapRefusal(sig, args)) refusal->Raise();
     CheckReadWriteKeepsShapes(sig, args, meta);
     if (meta.cpu_refusal) meta.cpu_refusal->Raise();
     if (auto refusal = CpuScalarRangeRefusal(sig, args)) refusal->Raise();
@@ -638,6 +647,10 @@ class LoweredKernel final : public c10::OperatorKernel {
         out_types.push_back(graph::TensorType{ToElementType(t.scalar_type()), Dims(t.sizes().begin(), t.sizes().end())});
       }
     }
+    std::call_once(meta.lowering->once, [&] {
+      meta.lowering->refusal = graph::LoweringRefusal(sig.lowering, b.inputs, b.args, b.pool, out_types);
+    });
+    if (meta.lowering->refusal) TORCH_CHECK(false, *meta.lowering->refusal);
     graph::Metrics::CountLoweredOp(sig.lowering);
     std::vector<IndexBound> bounds = IndexBounds(sig, b, args, where);
     std::vector<graph::Value> values;

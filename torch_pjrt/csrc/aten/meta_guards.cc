@@ -2,6 +2,7 @@
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/index.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
@@ -87,6 +88,20 @@ void ProbabilitiesExpandToSelf(Args a, torch::jit::Stack* r) {
   RunMeta(kName, kOverload, a, r);
 }
 
+// index_put(self, indices, values, ...): the CPU kernel's checks that the Meta kernel skips:
+// values of self's dtype, broadcastable to the indexing result (self[indices]'s shape, from the
+// Meta kernel of index). In the lowering they fired when the graph ran, at a later, unrelated sync.
+template <const char* kName, const char* kOverload>
+void IndexPutGuard(Args a, torch::jit::Stack* r) {
+  const at::Tensor& self = a[0].toTensor();
+  const at::Tensor& values = a[2].toTensor();
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(), "values of another dtype: the CPU path raises");
+  at::Tensor indexed = at::index(self, a[1].toOptionalTensorList());
+  TORCH_CHECK(at::is_expandable_to(values.sizes(), indexed.sizes()),
+              "values do not broadcast to the indexing result: the CPU path raises");
+  RunMeta(kName, kOverload, a, r);
+}
+
 constexpr char kSort[] = "aten::sort", kStable[] = "stable", kNone[] = "", kTopk[] = "aten::topk",
                kKthvalue[] = "aten::kthvalue", kMedian[] = "aten::median", kDim[] = "dim",
                kNanmedian[] = "aten::nanmedian", kMode[] = "aten::mode", kCummax[] = "aten::cummax",
@@ -94,7 +109,8 @@ constexpr char kSort[] = "aten::sort", kStable[] = "stable", kNone[] = "", kTopk
                kTensor[] = "Tensor", kScalar[] = "Scalar", kScatterReduce[] = "aten::scatter_reduce",
                kTwo[] = "two", kIndexReduce[] = "aten::index_reduce",
                kHistc[] = "aten::histc", kLogcumsumexp[] = "aten::logcumsumexp",
-               kNansum[] = "aten::nansum", kBernoulli[] = "aten::bernoulli";
+               kNansum[] = "aten::nansum", kBernoulli[] = "aten::bernoulli",
+               kIndexPut[] = "aten::index_put", kIndexPutImpl[] = "aten::_index_put_impl";
 
 }  // namespace
 
@@ -145,6 +161,8 @@ MetaOverride FindMetaGuard(const std::string& name) {
       {"aten::nansum", &Ordered<kNansum, kNone, 0>},
       {"aten::nansum.out", &Ordered<kNansum, kNone, 0>},
       {"aten::bernoulli.Tensor", &ProbabilitiesExpandToSelf<kBernoulli, kTensor>},
+      {"aten::index_put", &IndexPutGuard<kIndexPut, kNone>},
+      {"aten::_index_put_impl", &IndexPutGuard<kIndexPutImpl, kNone>},
   };
   auto it = table->find(name);
   return it == table->end() ? nullptr : it->second;

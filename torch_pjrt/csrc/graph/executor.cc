@@ -97,6 +97,28 @@ const lowering::TargetOptions& Target() {
   return target;
 }
 
+}  // namespace
+
+std::optional<std::string> LoweringRefusal(int op, const std::vector<Value>& inputs, const ArgList& args,
+                                           const ArgPool& pool, const std::vector<TensorType>& outputs) {
+  Emitter e(Target());
+  std::vector<Val> params;
+  params.reserve(inputs.size());
+  for (const Value& v : inputs) params.push_back(e.Parameter(v.type()));
+  const lowering::OpLowering& entry = lowering::Table()[op];
+  lowering::LowerCtx ctx(e, args.data(), args.size(), pool.data(), params.data(), outputs.data(), outputs.size(),
+                         &entry);
+  try {
+    entry.fn(ctx);
+  } catch (const std::invalid_argument& ex) {  // a lowering's user-facing check
+    return std::string(ex.what());
+  } catch (const std::exception&) {  // anything else shows when the graph is lowered, as before
+  }
+  return std::nullopt;
+}
+
+namespace {
+
 // Emits the StableHLO module computing `outputs` from the trace's parameters and value scalars.
 LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outputs,
                         const std::vector<std::pair<int, int>>& donations, bool want_summary) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "graph/trace.h"
@@ -30,6 +31,13 @@ enum class SyncCause : int {
 const char* SyncCauseName(SyncCause c);
 
 struct CompiledGraph;
+
+// The error that the lowering of table op `op` raises for these arguments, if any. Lowerings make
+// some of torch's checks that only a CPU kernel makes (relu of bool, var of integers, integer
+// negative powers); made while the graph is lowered, they raised at a later, unrelated sync.
+// Lowering the op alone, on parameters of its inputs' types, finds them when it is traced.
+std::optional<std::string> LoweringRefusal(int op, const std::vector<Value>& inputs, const ArgList& args,
+                                           const ArgPool& pool, const std::vector<TensorType>& outputs);
 
 // What one sync launched, for a capture (graph/capture.h) to launch it again without tracing.
 struct LaunchRecord {
