@@ -239,8 +239,15 @@ std::optional<torch::jit::Stack> MirrorStorages(const OpSignature& sig, c10::Arr
 
 // Whether a number lies outside the range of an integral tensor argument's dtype. Every integral
 // argument counts, not only the first (addcmul(bool, uint8, ...) computes in uint8): a number that
-// fits the type the op computes in only costs a probe that passes.
+// fits the type the op computes in only costs a probe that passes. With a floating argument the
+// number converts to a floating type (scatter(logits, 1, index, -inf) must not probe each call).
 bool NumberOutOfRange(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  for (size_t i = 0; i < sig.num_functional_args; ++i) {
+    if (args[i].isTensor() && args[i].toTensor().defined() &&
+        (args[i].toTensor().is_floating_point() || args[i].toTensor().is_complex())) {
+      return false;
+    }
+  }
   auto overflows_any = [&](const c10::IValue& number) {
     for (size_t i = 0; i < sig.num_functional_args; ++i) {
       if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
