@@ -415,6 +415,9 @@ class Gen:
         x = self.var()
         t = self.t(x)
         value = self.source_for(t, self.var()) if self.d.int(0, 1) else fmt(self.scalar())
+        if t.numel() == 1 and value in self.ns and isinstance(self.t(value), torch.Tensor) and \
+                self.t(value).untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+            value = fmt(self.scalar())  # one element onto itself: CPU raises or not by the value's rank
         if t.dim() == 0:
             return self.emit(f"{x}[...] = {value}")
         size = t.shape[0]

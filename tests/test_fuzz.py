@@ -185,6 +185,8 @@ def test_call_time_checks_allow_what_cpu_allows():
         lambda d: (lambda a: a.mul_(a).mul_(a.view(6)).addcmul_(a, a))(torch.arange(6.0, device=d)),
         lambda d: (lambda a: torch.mul(a, torch.ones(2, 3, device=d), out=torch.zeros(2, 1, device=d)))(
             torch.ones(2, 1, device=d)),  # out= not read: resized (with torch's warning), as on the CPU
+        # A 0-d value written into a view of itself: CPU indexing fills (no copy, no overlap check).
+        lambda d: (lambda x: x.view(1, 1).__setitem__(slice(0, 1), x) or x)(torch.tensor(-2.0, device=d)),
     ]
     for program in programs:
         assert raised(program, "cpu") is None
