@@ -126,13 +126,6 @@ void ForEachTensor(const c10::IValue& iv, const std::function<void(const at::Ten
   }
 }
 
-std::vector<at::Tensor> WrittenTensors(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  std::vector<at::Tensor> written;
-  const std::vector<int>& which = sig.variant == Variant::kOut ? sig.out_args : sig.written_args;
-  for (int a : which) ForEachTensor(args[a], [&](const at::Tensor& t) { written.push_back(t); });
-  return written;
-}
-
 // torch's get_overlap_status (MemoryOverlap.cpp) from offsets instead of data pointers, which
 // lazy storages do not have: partial when the byte ranges of two dense tensors on one storage
 // intersect without being the same tensor layout.
@@ -170,7 +163,7 @@ WriteOverlap ClassifyWriteOverlap(const OpSignature& sig, c10::ArrayRef<c10::IVa
     written[w.storage().unsafeGetStorageImpl()].push_back(w);
   }
   WriteOverlap found{WriteOverlap::kNone, -1};
-  const std::vector<int>& writes = sig.variant == Variant::kOut ? sig.out_args : sig.written_args;
+  const std::vector<int>& writes = sig.writes();
   for (size_t i = 0; i < sig.num_functional_args && found.kind != WriteOverlap::kOther && !written.empty(); ++i) {
     bool is_written = std::find(writes.begin(), writes.end(), static_cast<int>(i)) != writes.end();
     ForEachTensor(args[i], [&](const at::Tensor& t) {

@@ -165,30 +165,27 @@ bool IsReadBy(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const at:
   return false;
 }
 
-// The written tensors, in the order of the results that the write takes.
-c10::SmallVector<at::Tensor, 4> WrittenInResultOrder(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  c10::SmallVector<at::Tensor, 4> written;
-  for (int a : sig.variant == Variant::kOut ? sig.out_args : sig.written_args) {
-    if (args[a].isTensor()) {
-      written.push_back(args[a].toTensor());
-    } else if (args[a].isTensorList()) {
-      for (const at::Tensor& t : args[a].toTensorList()) written.push_back(t);
-    }
-  }
-  return written;
-}
-
-// An in-place call whose result has another shape than the tensor it writes (another argument
-// broadcasts self up). Ops whose results do not map one to one onto the written tensors: none.
-bool InplaceResultReshapes(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const MetaResult& result) {
-  if (sig.variant != Variant::kInplace) return false;
-  c10::SmallVector<at::Tensor, 4> written = WrittenInResultOrder(sig, args);
-  if (written.size() != result.outputs.size()) return false;
+// Calls `f(written tensor, result sizes)` for each tensor the call writes whose result has another
+// shape (another argument broadcasts it up). Ops whose results do not map one to one onto the
+// written tensors: none.
+template <class F>
+void ForEachReshapedWrite(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const MetaResult& result, F f) {
+  c10::SmallVector<at::Tensor, 4> written = WrittenTensors(sig, args);
+  if (written.size() != result.outputs.size()) return;
   for (size_t j = 0; j < written.size(); ++j) {
     const OutSpec& o = result.outputs[j];
-    if (o.defined && written[j].defined() && written[j].sizes() != c10::IntArrayRef(o.sizes)) return true;
+    if (o.defined && written[j].defined() && written[j].sizes() != c10::IntArrayRef(o.sizes)) {
+      f(written[j], c10::IntArrayRef(o.sizes));
+    }
   }
-  return false;
+}
+
+bool InplaceResultReshapes(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const MetaResult& result) {
+  bool reshapes = false;
+  if (sig.variant == Variant::kInplace) {
+    ForEachReshapedWrite(sig, args, result, [&](const at::Tensor&, c10::IntArrayRef) { reshapes = true; });
+  }
+  return reshapes;
 }
 
 MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
@@ -258,15 +255,10 @@ MetaResult RunMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
 // whether an out= tensor is also an input is aliasing, which the Meta cache key does not hold.
 void CheckReadWriteKeepsShapes(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const MetaResult& result) {
   if (sig.variant == Variant::kFunctional || sig.meta_runs_op) return;
-  c10::SmallVector<at::Tensor, 4> written = WrittenInResultOrder(sig, args);
-  if (written.size() != result.outputs.size()) return;
-  for (size_t j = 0; j < written.size(); ++j) {
-    const OutSpec& o = result.outputs[j];
-    if (!o.defined || !written[j].defined() || written[j].sizes() == c10::IntArrayRef(o.sizes)) continue;
-    if (sig.variant == Variant::kOut && !IsReadBy(sig, args, written[j])) continue;  // resized, as on the CPU
-    TORCH_CHECK(false, "output with shape ", written[j].sizes(), " doesn't match the broadcast shape ",
-                c10::IntArrayRef(o.sizes));
-  }
+  ForEachReshapedWrite(sig, args, result, [&](const at::Tensor& written, c10::IntArrayRef shape) {
+    if (sig.variant == Variant::kOut && !IsReadBy(sig, args, written)) return;  // resized, as on the CPU
+    TORCH_CHECK(false, "output with shape ", written.sizes(), " doesn't match the broadcast shape ", shape);
+  });
 }
 
 // Memoized meta results (null: the op has no meta result for these inputs, e.g. a data-dependent

@@ -2,8 +2,8 @@
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/index.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/index.h>
 #include <c10/util/Exception.h>
 
 #include <unordered_map>

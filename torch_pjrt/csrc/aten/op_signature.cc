@@ -151,4 +151,16 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
   return sig;
 }
 
+c10::SmallVector<at::Tensor, 4> WrittenTensors(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  c10::SmallVector<at::Tensor, 4> written;
+  for (int a : sig.writes()) {
+    if (args[a].isTensor()) {
+      written.push_back(args[a].toTensor());
+    } else if (args[a].isTensorList()) {
+      for (const at::Tensor& t : args[a].toTensorList()) written.push_back(t);
+    }
+  }
+  return written;
+}
+
 }  // namespace torch_pjrt::aten

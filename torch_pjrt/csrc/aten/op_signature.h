@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
 
 #include "lowering/lowering.h"
 
@@ -52,7 +53,14 @@ struct OpSignature {
 
   OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional)
       : op(std::move(op)), functional(std::move(functional)) {}
+
+  // The arguments a call writes: the out= arguments, or the in-place ones.
+  const std::vector<int>& writes() const { return variant == Variant::kOut ? out_args : written_args; }
 };
+
+// The tensors a call writes, list elements flattened, in schema order (the order the results take;
+// an undefined one keeps its place).
+c10::SmallVector<at::Tensor, 4> WrittenTensors(const OpSignature& sig, c10::ArrayRef<c10::IValue> args);
 
 // Finds the in-place and out= variants of functional op `functional` among registered ops.
 std::vector<c10::OperatorHandle> FindVariants(const c10::OperatorHandle& functional);
