@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -144,7 +144,7 @@ def table(results, args):
         "compile cache (the cached column: a second pjrt process on the cache the first filled). Steps/s is the median over steps 4 and later; `/ eager` is the ratio to CPU "
         "eager in this run; `inductor` is torch.compile(model) on the CPU (for inference, the whole step: "
         "the forward and the sum that is read). Training uses AdamW; "
-        "inference is a no_grad forward. pjrt executions are per step after warm-up.",
+        "inference is a no_grad forward. pjrt executions are per step after warm-up." + measured_dates(results),
         "",
         "| model | mode | pjrt steps/s | eager | inductor | pjrt / eager | pjrt / inductor | "
         "pjrt steps 1, 2 (s) | pjrt step 1, cached (s) | inductor steps 1, 2 (s) | pjrt executions / step | "
@@ -231,6 +231,24 @@ def backend_table(results, backend, intro, columns):
     return lines
 
 
+def earlier_results():
+    path = ROOT / "models_results.json"
+    if not path.exists():
+        return {}
+    return {tuple(k.split("/")): r for k, r in json.loads(path.read_text()).items()}
+
+
+def measured_dates(results):
+    """The sentence naming the runs the rows come from, where `--only` mixed several."""
+    runs = {}
+    for (name, mode, _), r in results.items():
+        runs.setdefault(r.get("measured", ""), set()).add(f"{name} {mode}")
+    if len(runs) < 2:
+        return ""
+    return " Rows come from separate runs (`--only` re-measures some): " + "; ".join(
+        f"{', '.join(sorted(rows))} ({when or 'an earlier run'})" for when, rows in sorted(runs.items())) + "."
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--child", nargs=3, metavar=("BACKEND", "MODEL", "MODE"))
@@ -245,11 +263,12 @@ def main():
     backends = [b for b in BACKENDS if not (args.skip_inductor and b == "inductor")]
     jobs = [(n, "train") for n in TRAIN] + [(n, "infer") for n in INFER]
     jobs = [j for j in jobs if not args.only or j[0] in args.only]
-    results = {}
+    # --only re-measures the named models and keeps the other rows of the last full run.
+    results = earlier_results() if args.only else {}
     for name, mode in jobs:
         for backend in backends:
             r = run_child(backend, name, mode, args.steps)
-            results[(name, mode, backend)] = r
+            results[(name, mode, backend)] = dict(r, measured=datetime.now().isoformat(sep=" ", timespec="minutes"))
             print(name, mode, backend, r, flush=True)
     (ROOT / "models_results.json").write_text(json.dumps(
         {f"{n}/{m}/{b}": r for (n, m, b), r in results.items()}, indent=1) + "\n")

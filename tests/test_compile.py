@@ -351,3 +351,42 @@ def test_a_function_that_writes_its_0d_cpu_input_is_refused_and_still_correct():
     assert call is None and reason == "it writes a 0-d CPU input"
     torch.testing.assert_close(out.cpu(), x * 3.0)
     torch.testing.assert_close(da.cpu(), torch.tensor(3.0))
+
+
+def test_empty_outputs_and_inputs_replay_without_a_sync():
+    """A graph that returns an empty tensor it made (mkldnn_rnn_layer's workspace, which the
+    forward of a compiled LSTM returns for its backward) is captured, and a graph taking one
+    replays as one execution: an empty storage has nothing to compute or upload."""
+    make = torch.compile(lambda x: (x * 2, x.new_empty(0)), backend="pjrt")
+    use = torch.compile(lambda x, empty: torch.cat([x, empty]) + 1, backend="pjrt")
+    x = torch.ones(4, device="pjrt")
+    for _ in range(2):
+        use(*make(x)).cpu()
+    before = counts()
+    doubled, empty = make(x)
+    got = use(doubled, empty).cpu()
+    after = counts()
+    assert got.tolist() == [3.0] * 4 and empty.shape == (0,) and empty.device.type == "pjrt"
+    assert delta(before, after, "NodesTraced") == 0
+    assert delta(before, after, "GraphReplays") == 2 and delta(before, after, "Executions") == 2
+
+
+def test_compiled_lstm_bias_gradients_are_separate_tensors():
+    """A compiled nn.LSTM backward returns one tensor as both bias gradients (AOTAutograd merges
+    them: mkldnn_rnn_layer_backward's Meta kernel returns one tensor twice). Replays return it
+    twice as one tensor, as the traced call did, so autograd gives each bias its own .grad:
+    scaling one in place leaves the other as CPU eager computes it."""
+    torch.manual_seed(0)
+    cpu = torch.nn.LSTM(8, 8)
+    dev = copy.deepcopy(cpu).to("pjrt")
+    x = torch.randn(3, 2, 8)
+    cpu(x)[0].sum().backward()
+    step = torch.compile(lambda: dev(x.to("pjrt"))[0].sum().backward(), backend="pjrt")
+    with torch._dynamo.config.patch(allow_rnn=True):
+        for _ in range(3):
+            dev.zero_grad(set_to_none=True)
+            step()
+            dev.bias_ih_l0.grad.mul_(2)
+            torch.testing.assert_close(dev.bias_hh_l0.grad.cpu(), cpu.bias_hh_l0.grad, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(dev.bias_ih_l0.grad.cpu(), 2 * cpu.bias_ih_l0.grad, rtol=1e-5, atol=1e-6)
+    assert metrics.counter("GraphReplays") >= 2

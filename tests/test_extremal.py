@@ -898,8 +898,9 @@ OTHER_CATEGORIES = {
         # NaN input is an error here, as on the CPU (tests/test_lowerings_nn_factories.py).
         "binary_cross_entropy", "binary_cross_entropy_backward"],
     "classification losses": ["nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward", "nll_loss2d_backward"],
-    "recurrent cells": ["_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
-                        "_thnn_fused_gru_cell_backward"],
+    "recurrent cells and layers": ["_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
+                                   "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "mkldnn_rnn_layer",
+                                   "mkldnn_rnn_layer_backward"],
     # tests/test_random.py checks their distributions.
     "random numbers": ["uniform", "normal_functional", "normal.Tensor_float", "normal.float_Tensor",
                        "normal.Tensor_Tensor", "log_normal", "exponential", "geometric", "cauchy", "bernoulli",

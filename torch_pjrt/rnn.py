@@ -1,13 +1,15 @@
-"""``nn.LSTM`` on pjrt tensors: the input projection of all time steps as one matrix product.
+"""``nn.LSTM`` on pjrt tensors: one op per layer and direction, lowered as one loop over time.
 
-torch's LSTM (``aten::lstm``, a composite op) projects the whole input sequence at once only for
-CPU tensors (``FullLayer`` in ATen's RNN.cpp checks ``is_cpu()``); on any other device it runs one
-small product per time step and layer, three with their gradients. XLA:CPU runs each product as
-its own Eigen call, so the LSTM benchmark's training step executed 181 small dots. This kernel,
-registered for pjrt tensors at the autograd key, computes the same recurrence from the same
-differentiable ops (``_thnn_fused_lstm_cell``, the cell torch uses on accelerators), with one
-projection per layer. Configurations it does not cover (bidirectional, ``proj_size``) take
-torch's own decomposition.
+torch's LSTM (``aten::lstm``, a composite op) runs whole layers through one op only on CPU
+(``mkldnn_rnn_layer``, oneDNN's LSTM) and cuDNN; on any other device it runs one small product and
+one fused cell per time step and layer, and as many again in the backward. Traced, that is
+hundreds of graph nodes per step, each paying torch's per-op cost. This kernel, registered for
+pjrt tensors at the autograd key, calls the CPU path's per-layer op, ``aten::mkldnn_rnn_layer``:
+torch's own autograd formula and Meta kernel come with it, and lowering/lstm_layer.cc lowers it
+and its backward as stablehlo.while loops. As on CPU, float64 (whose gradients that op's Meta
+kernel would give as float32) keeps the per-step form, built from the same differentiable ops
+with the input projection of all steps as one product; projected LSTMs (``proj_size``) and
+bidirectional float64 ones take torch's own composite.
 """
 
 import torch
@@ -15,13 +17,52 @@ import torch
 _library = None  # keeps the registration alive
 
 
+_LSTM_MODE = 2  # torch's RNN mode numbering (cuDNN's): RNN_RELU, RNN_TANH, LSTM, GRU
+_LAYER_OP_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def _lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    directions = 2 if bidirectional else 1
+    per_direction = 4 if has_biases else 2
+    plain = len(params) == per_direction * num_layers * directions and input.dim() == 3
+    if plain and input.dtype in _LAYER_OP_DTYPES and input.numel() != 0:
+        return _lstm_by_layer(input, hx, params, has_biases, num_layers, dropout, train, directions, batch_first)
+    if plain and directions == 1:
+        return _lstm_by_step(input, hx, params, has_biases, num_layers, dropout, train, batch_first)
+    # ATen's own composite kernel (OpOverload.decompose would prefer torch._decomp's Python one).
+    return torch.ops.aten.lstm.input._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, input, hx, params,
+                                            has_biases, num_layers, dropout, train, bidirectional, batch_first)
+
+
+def _lstm_by_layer(input, hx, params, has_biases, num_layers, dropout, train, directions, batch_first):
+    """What torch's CPU LSTM does (``mkldnn_impl`` in ATen's mkldnn/RNN.cpp): one
+    ``mkldnn_rnn_layer`` per layer and direction, on time-major input (that op's CPU kernel
+    mishandles ``batch_first``)."""
+    per_direction = 4 if has_biases else 2
+    hidden = hx[0].shape[-1]
+    x = input.transpose(0, 1) if batch_first else input  # [time, batch, features]
+    last_h, last_c = [], []
+    for layer in range(num_layers):
+        outputs = []
+        for direction in range(directions):
+            index = layer * directions + direction
+            w_ih, w_hh, *biases = params[index * per_direction:(index + 1) * per_direction]
+            b_ih, b_hh = biases if has_biases else (w_ih.new_zeros(w_ih.shape[0]), w_hh.new_zeros(w_hh.shape[0]))
+            out, h, c, _ = torch.ops.aten.mkldnn_rnn_layer(x, w_ih, w_hh, b_ih, b_hh, hx[0][index], hx[1][index],
+                                                           direction == 1, [], _LSTM_MODE, hidden, num_layers,
+                                                           has_biases, directions == 2, False, train)
+            outputs.append(out)
+            last_h.append(h)
+            last_c.append(c)
+        x = outputs[0] if directions == 1 else torch.cat(outputs, -1)
+        if dropout != 0 and train and layer < num_layers - 1:
+            x = torch.dropout(x, dropout, True)
+    output = x.transpose(0, 1) if batch_first else x
+    return output, torch.stack(last_h), torch.stack(last_c)
+
+
+def _lstm_by_step(input, hx, params, has_biases, num_layers, dropout, train, batch_first):
     per_layer = 4 if has_biases else 2
-    if bidirectional or len(params) != per_layer * num_layers or input.dim() != 3:
-        # ATen's own composite kernel (OpOverload.decompose would prefer torch._decomp's Python one).
-        return torch.ops.aten.lstm.input._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, input, hx,
-                                                params, has_biases, num_layers, dropout, train,
-                                                bidirectional, batch_first)
     x = input.transpose(0, 1) if batch_first else input  # [time, batch, features]
     h0, c0 = hx
     last_h, last_c = [], []
@@ -44,8 +85,10 @@ def _lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirection
 
 
 def register():
-    """Registers the kernel for ``aten::lstm.input`` on pjrt tensors (AutogradPrivateUse1)."""
+    """Registers the kernel for ``aten::lstm.input`` on pjrt tensors: at the autograd key, and at
+    the backend key for calls that skip autograd (``torch.inference_mode``)."""
     global _library
     if _library is None:
         _library = torch.library.Library("aten", "IMPL")
         _library.impl("lstm.input", _lstm, "AutogradPrivateUse1")
+        _library.impl("lstm.input", _lstm, "PrivateUse1")

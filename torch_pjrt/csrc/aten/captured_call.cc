@@ -152,8 +152,12 @@ std::shared_ptr<CapturedCall> FinishCapture(const CaptureStart& start, const std
   }
   auto call = std::make_shared<CapturedCall>();
   call->graph = std::move(graph);
-  for (const at::Tensor& t : outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor& t = outputs[i];
     call->outputs.push_back({t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type()});
+    for (size_t j = 0; j < i && call->outputs[i].same_as < 0; ++j) {
+      if (outputs[j].is_same(t)) call->outputs[i].same_as = static_cast<int>(j);
+    }
   }
   call->inputs = start.inputs;
   return call;
@@ -173,8 +177,16 @@ std::optional<std::vector<at::Tensor>> Replay(const CapturedCall& call, const st
   outputs.reserve(call.outputs.size());
   for (size_t i = 0; i < call.outputs.size(); ++i) {
     const graph::OutputSource& src = g.outputs[i];
+    if (call.outputs[i].same_as >= 0) {
+      outputs.push_back(outputs[call.outputs[i].same_as]);
+      continue;
+    }
     if (src.input >= 0) {
       outputs.push_back(ViewOver(inputs[src.input].storage(), call.outputs[i]));
+      continue;
+    }
+    if (src.result < 0) {
+      outputs.push_back(ViewOver(NewStorage(0, static_cast<c10::DeviceIndex>(g.device)), call.outputs[i]));
       continue;
     }
     c10::Storage& storage = result_storages[src.result];

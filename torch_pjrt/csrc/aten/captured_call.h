@@ -21,6 +21,11 @@ struct CapturedCall {
     std::vector<int64_t> sizes, strides;
     int64_t storage_offset = 0;
     c10::ScalarType dtype;
+    // An earlier output that was this very tensor: a replay returns that one again, not a second
+    // tensor over the same storage (autograd would hand both to parameters as their .grad,
+    // unshared; AOTAutograd returns one tensor twice where a Meta kernel does, as
+    // mkldnn_rnn_layer_backward's does for the two bias gradients).
+    int same_as = -1;
   };
   std::vector<OutputView> outputs;
   // Each argument as the first call saw it: a replay takes only arguments that look the same

@@ -25,8 +25,8 @@ struct ParamSource {
 // Where a captured function's output tensor lives after a replay.
 struct OutputSource {
   int result = -1;  // a program result (a fresh storage of `nbytes`), or
-  int input = -1;   // the storage of an input (an alias that the function did not write)
-  size_t nbytes = 0;
+  int input = -1;   // the storage of an input (an alias that the function did not write), or
+  size_t nbytes = 0;  // neither (both -1): a new empty storage
 };
 
 // A 0-d CPU input of a captured function (an optimizer's step count or bias correction), read in

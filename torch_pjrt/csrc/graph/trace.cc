@@ -180,6 +180,10 @@ TensorType NeverWrittenType(const LazyStorage* s, ElementType dtype) {
 
 }  // namespace
 
+void GiveEmptyBuffer(LazyStorage* s, ElementType dtype) {
+  if (s->nbytes() == 0 && !s->has_buffer() && !s->has_pending()) s->SetBuffer(ZeroBuffer(s->device(), NeverWrittenType(s, dtype)));
+}
+
 Value StorageValue(LazyStorage* s, ElementType dtype) {
   if (s->error()) throw DeviceError(*s->error());
   if (s->has_pending()) return s->pending();

@@ -104,6 +104,9 @@ bool IsContiguous(const Dims& sizes, const Dims& strides);
 // The whole value of `s` (a parameter for a buffer, zeros if never written). `dtype` is used
 // only for a never-written storage.
 Value StorageValue(LazyStorage* s, ElementType dtype);
+// Gives a never-written storage with no bytes (an empty tensor's) its empty device buffer: a
+// captured call's input then needs no sync, where a pending zeros value would cost one per replay.
+void GiveEmptyBuffer(LazyStorage* s, ElementType dtype);
 // While on (per thread), reading a storage whose pending value is zeros (zero_'s result, as in
 // zeros_like) first makes it a device buffer of zeros: set during optimizer.step(), so that
 // optimizer state created in the first step is a graph input there as in every later step, and

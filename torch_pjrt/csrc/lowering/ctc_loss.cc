@@ -98,16 +98,6 @@ Val Shift(Emitter& e, const Val& x, int64_t k, bool from_below) {
                     : e.Pad(e.SliceDim(x, 1, k, s), fill, {0, 0}, {0, k}, {0, 0});
 }
 
-// Row t of a [T, N, S] array.
-Val Row(Emitter& e, const Val& x, const Val& t) {
-  Val zero = e.Scalar(0, kS64);
-  return e.Reshape(e.DynamicSlice(x, {t, zero, zero}, {1, x.dims()[1], x.dims()[2]}), {x.dims()[1], x.dims()[2]});
-}
-Val WithRow(Emitter& e, const Val& x, const Val& row, const Val& t) {
-  Val zero = e.Scalar(0, kS64);
-  return e.DynamicUpdateSlice(x, e.Reshape(row, {1, x.dims()[1], x.dims()[2]}), {t, zero, zero});
-}
-
 // Per batch element, the entry of rows [T, N, S] at time index[b] (s64 [N]): [N, S].
 Val AtTime(Emitter& e, const Val& rows, const Val& index) {
   Dims tns = rows.dims();

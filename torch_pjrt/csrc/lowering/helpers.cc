@@ -264,4 +264,14 @@ Val GatherAlong(Emitter& e, const Val& x, const Val& index, int64_t dim) {
   return e.Gather(x, coords, g, TensorType{x.dtype(), index.dims()});
 }
 
+Val Row(Emitter& e, const Val& x, const Val& t) {
+  Val zero = e.Scalar(0, ElementType::kS64);
+  return e.Reshape(e.DynamicSlice(x, {t, zero, zero}, {1, x.dims()[1], x.dims()[2]}), {x.dims()[1], x.dims()[2]});
+}
+
+Val WithRow(Emitter& e, const Val& x, const Val& row, const Val& t) {
+  Val zero = e.Scalar(0, ElementType::kS64);
+  return e.DynamicUpdateSlice(x, e.Reshape(row, {1, x.dims()[1], x.dims()[2]}), {t, zero, zero});
+}
+
 }  // namespace torch_pjrt::lowering

@@ -55,6 +55,11 @@ Val PNorm(Emitter& e, const Val& magnitudes, double ord, const Dims& dims);
 // of {3e38, 3e38} is finite there).
 Val ScaledMean(Emitter& e, const Val& x, const Dims& dims);
 
+// Row t (a 0-d s64 value) of a [T, N, S] array, as [N, S]; and x with row t replaced: the
+// per-step reads and writes of a stablehlo.while over time.
+Val Row(Emitter& e, const Val& x, const Val& t);
+Val WithRow(Emitter& e, const Val& x, const Val& row, const Val& t);
+
 inline std::vector<Val> One(const Val& v) { return {v}; }
 
 }  // namespace torch_pjrt::lowering

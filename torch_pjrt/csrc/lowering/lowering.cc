@@ -200,6 +200,7 @@ const TableData& Data() {
     RegisterIndexingOps(r);
     RegisterFactoryOps(r);
     RegisterRnnOps(r);
+    RegisterLstmLayerOps(r);
     RegisterFftOps(r);
     RegisterLinalgDecompositionOps(r);
     RegisterLinalgMiscOps(r);

@@ -166,6 +166,7 @@ void RegisterNNOps(Registry& r);
 void RegisterIndexingOps(Registry& r);
 void RegisterFactoryOps(Registry& r);
 void RegisterRnnOps(Registry& r);
+void RegisterLstmLayerOps(Registry& r);
 void RegisterFftOps(Registry& r);
 void RegisterLinalgDecompositionOps(Registry& r);
 void RegisterLinalgMiscOps(Registry& r);
