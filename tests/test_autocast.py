@@ -46,6 +46,26 @@ def test_training_step_under_autocast():
     assert_close(dev_model[0].weight.grad, model[0].weight.grad, atol=3e-2, rtol=3e-2)
 
 
+def test_lstm_runs_in_lower_precision_under_autocast():
+    """nn.LSTM (one mkldnn_rnn_layer per layer on pjrt, as on the CPU) runs in the autocast dtype
+    as CPU autocast runs it: outputs and states in bfloat16, float32 gradients."""
+    torch.manual_seed(0)
+    cpu = nn.LSTM(16, 12, num_layers=2)
+    dev = nn.LSTM(16, 12, num_layers=2).to("pjrt")
+    dev.load_state_dict(cpu.state_dict())
+    x = torch.randn(5, 3, 16)
+    results = []
+    for m, device in ((cpu, "cpu"), (dev, "pjrt")):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            out, (h, c) = m(x.to(device))
+        assert (out.dtype, h.dtype, c.dtype) == (torch.bfloat16,) * 3
+        out.float().square().sum().backward()
+        assert m.weight_ih_l0.grad.dtype == torch.float32
+        results.append((out, m.weight_ih_l0.grad))
+    for got, want in zip(*reversed(results)):
+        assert_close(got.float(), want.float(), atol=3e-2, rtol=3e-2)
+
+
 def test_binary_cross_entropy_is_banned_like_on_cuda():
     p = torch.rand(4, device="pjrt")
     with torch.autocast("pjrt"):

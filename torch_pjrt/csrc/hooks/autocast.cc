@@ -29,6 +29,9 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   AT_FORALL_LOWER_PRECISION_FP(PJRT_LOWER_PRECISION_FP)
   // Our convolutions dispatch through convolution_overrideable.
   KERNEL_PRIVATEUSEONE(convolution_overrideable, lower_precision_fp)
+  // nn.LSTM runs as one mkldnn_rnn_layer per layer (torch_pjrt/rnn.py), which CPU autocast lists
+  // too; CUDA's list has the per-step cells its LSTM runs instead.
+  KERNEL_PRIVATEUSEONE(mkldnn_rnn_layer, lower_precision_fp)
 
 #define PJRT_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
   AT_FORALL_FP32(PJRT_FP32)
