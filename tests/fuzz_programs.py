@@ -25,6 +25,7 @@ import re
 import warnings
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
@@ -54,6 +55,22 @@ def pool(dtype):
     if dtype.is_floating_point:
         return FLOAT_POOL
     return int_pool(dtype)
+
+
+def reads_itself_reordered(dest, src):
+    """Whether writing `dest` in place from `src` reads memory it writes under another layout, which
+    CPU eager allows (torch's get_overlap_status finds a full overlap, or cannot tell) and then
+    computes in its loop order, reading elements it already wrote (v.mul_(v.mT)). Partial overlaps
+    are refused by CPU eager (and by pjrt): those stay."""
+    if dest.untyped_storage().data_ptr() != src.untyped_storage().data_ptr() or dest.numel() == 0 or src.numel() == 0:
+        return False
+    if (dest.shape, dest.stride(), dest.storage_offset()) == (src.shape, src.stride(), src.storage_offset()):
+        return False
+    if not (is_non_overlapping_and_dense(dest) and is_non_overlapping_and_dense(src)):
+        return True
+    a0, b0 = dest.data_ptr(), src.data_ptr()
+    a1, b1 = a0 + dest.numel() * dest.element_size(), b0 + src.numel() * src.element_size()
+    return (a0, a1) == (b0, b1)
 
 
 def mk(values, shape, dtype, layout, dev):
@@ -378,7 +395,9 @@ class Gen:
         k = self.d.choice(["add_", "mul_", "sub_", "clamp_", "copy_", "fill_", "zero_", "neg_", "div_", "view_add_",
                            "abs_", "clamp_min_"])
         if k in ("add_", "mul_", "sub_", "div_"):
-            other = self.var() if self.d.int(0, 1) else fmt(self.scalar())
+            other = self.var(lambda o: not reads_itself_reordered(t, o)) if self.d.int(0, 1) else fmt(self.scalar())
+            if other[:1] == "v" and reads_itself_reordered(t, self.t(other)):
+                other = fmt(self.scalar())
             if k == "div_" and not t.is_floating_point() and other[:1] != "v":
                 other = "2"
             if k == "div_" and other[:1] == "v" and not self.t(other).is_floating_point():
@@ -390,10 +409,13 @@ class Gen:
             lo, hi = sorted([self.d.choice([-2, -1, 0, 1, 2.5]), self.d.choice([-1, 0, 1, 3, 100])])
             form = self.d.choice([f"{lo}, {hi}", f"min={lo}", f"max={hi}"])
             return self.emit(f"{x}.clamp_({form})")
-        if k == "clamp_min_":
-            return self.emit(f"{x}.clamp_(min={self.var()})")
-        if k == "copy_":
-            return self.emit(f"{x}.copy_({self.source_for(t, self.var())})")
+        if k in ("clamp_min_", "copy_"):
+            src = self.var(lambda o: not reads_itself_reordered(t, o))
+            if reads_itself_reordered(t, self.t(src)):
+                return self.emit(f"{x}.fill_({fmt(self.scalar())})")
+            if k == "clamp_min_":
+                return self.emit(f"{x}.clamp_(min={src})")
+            return self.emit(f"{x}.copy_({self.source_for(t, src)})")
         if k == "fill_":
             return self.emit(f"{x}.fill_({fmt(self.scalar())})")
         if k == "view_add_":
@@ -414,7 +436,9 @@ class Gen:
     def op_setitem(self):
         x = self.var()
         t = self.t(x)
-        value = self.source_for(t, self.var()) if self.d.int(0, 1) else fmt(self.scalar())
+        value = self.var(lambda o: not reads_itself_reordered(t, o)) if self.d.int(0, 1) else fmt(self.scalar())
+        if value[:1] == "v":
+            value = fmt(self.scalar()) if reads_itself_reordered(t, self.t(value)) else self.source_for(t, value)
         if t.numel() == 1 and value in self.ns and isinstance(self.t(value), torch.Tensor) and \
                 self.t(value).untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
             value = fmt(self.scalar())  # one element onto itself: CPU raises or not by the value's rank

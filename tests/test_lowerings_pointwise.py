@@ -5,6 +5,7 @@ CPU fallback, and `torch.pjrt.metrics.lowered()` counts the schema). Extremal va
 dtype are in tests/test_extremal.py."""
 import pytest
 import torch
+import torch.utils._pytree as pytree
 
 aten = torch.ops.aten
 
@@ -258,3 +259,72 @@ def test_fill_of_wide_unsigned_types(dtype):
     if dtype != torch.uint64:
         with pytest.raises(RuntimeError, match="without overflow"):
             torch.full((2,), 2 ** 40, dtype=dtype, device="pjrt")
+
+
+def _both(fn):
+    """fn(device) on CPU and on pjrt, results moved to the CPU."""
+    return [pytree.tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, fn(d)) for d in ("cpu", "pjrt")]
+
+
+def test_bool_add_and_multiply_are_logical_inside_fused_programs():
+    """XLA adds and multiplies i1 values as one-bit integers where they fuse (true + true was
+    false): bool add is a logical or and multiply a logical and, as on the CPU, also as
+    reductions and accumulating writes."""
+    def run(d):
+        b = torch.tensor([[True, True, False], [True, False, False]], device=d)
+        doubled = torch.ge(b, b)
+        doubled.add_(doubled)
+        acc = torch.zeros(3, dtype=torch.bool, device=d)
+        acc.index_put_((torch.tensor([0, 0, 1], device=d),), torch.tensor([True, True, False], device=d),
+                       accumulate=True)
+        added = torch.zeros(3, dtype=torch.bool, device=d).index_add_(0, torch.tensor([2, 2], device=d),
+                                                                      torch.tensor([True, True], device=d))
+        return doubled, b + b, b * torch.ge(b, b), torch.add(b, b, alpha=True), acc, added, b.prod(1)
+    cpu, dev = _both(run)
+    for got, want in zip(dev, cpu):
+        assert torch.equal(got, want), (got, want)
+
+
+def test_erf_saturates_to_exactly_one_as_on_the_cpu():
+    """XLA's float32 erf stops 3 ulps short of +-1 for |x| >= 3.8325; torch's is exactly +-1 there,
+    so erf(36) cast to an integer is 1, not 0 (fuzz seeds 207163, 208164)."""
+    values = [36.0, -2.1e9, 2.1e9, 3.8325068, -3.8325068, 3.9, -5.0, 6.0, 3.5, float("nan"), float("inf"), 0.0]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        cpu, dev = _both(lambda d: torch.erf(torch.tensor(values, dtype=dtype, device=d)))
+        saturated = cpu.abs() == 1
+        assert torch.equal(dev[saturated], cpu[saturated]) and saturated.sum() >= 5, (dtype, dev, cpu)
+        torch.testing.assert_close(dev, cpu, equal_nan=True)
+    cpu, dev = _both(lambda d: torch.erf(torch.tensor([36, -2147483648], dtype=torch.int32, device=d)).to(torch.int32))
+    assert dev.tolist() == cpu.tolist() == [1, -1]
+    cpu, dev = _both(lambda d: torch._foreach_erf([torch.tensor([40.0, -40.0], device=d)]))
+    assert dev[0].tolist() == cpu[0].tolist() == [1.0, -1.0]
+
+
+def test_logical_ops_test_operands_in_the_promoted_type():
+    """A 0-d operand of a wider type is cast to the dimensioned operand's type first, as on the
+    CPU: int32 -2^31 beside int16 is 0 (fuzz seed 205049), float64 1e-300 beside float32 is 0."""
+    def run(d):
+        small = torch.tensor([7, 0], dtype=torch.int16, device=d)
+        wide = torch.tensor(-2147483648, dtype=torch.int32, device=d)
+        f = torch.tensor([1.0, 0.0], device=d)
+        tiny = torch.tensor(1e-300, dtype=torch.float64, device=d)
+        z = torch.tensor([0j, 1j], device=d)
+        return [op(a, b) for op in (torch.logical_and, torch.logical_or, torch.logical_xor)
+                for a, b in ((small, wide), (f, tiny), (z, f))]
+    cpu, dev = _both(run)
+    for got, want in zip(dev, cpu):
+        assert torch.equal(got, want), (got, want)
+
+
+@pytest.mark.parametrize("dtype,alpha", [(torch.bool, 0.5), (torch.bool, 1j), (torch.int32, True),
+                                         (torch.float32, True), (torch.int64, 0.5)])
+def test_alpha_kinds_are_checked_as_on_the_cpu(dtype, alpha):
+    """add/sub's alpha_check, which the Meta kernels skip for bool results and bool alphas: a
+    float alpha with integral (bool) tensors and a bool alpha with non-bool ones raise the CPU's
+    RuntimeError at the call (fuzz seed 209991)."""
+    for device in ("cpu", "pjrt"):
+        x = torch.ones(3, dtype=dtype, device=device)
+        for call in (lambda: torch.add(x, x, alpha=alpha), lambda: x.clone().add_(x, alpha=alpha),
+                     lambda: torch.add(x, 2, alpha=alpha)):
+            with pytest.raises(RuntimeError, match="alpha"):
+                call()

@@ -113,7 +113,11 @@ bool IsDtypeRefusal(const CpuRefusal& e) {
   // NotImplementedError) says the op has no CPU kernel at all, which is no dtype refusal.
   if (e.not_implemented) return std::strstr(m, "not implemented for '") != nullptr;
   return std::strstr(m, "can't be cast to the desired output type") != nullptr ||  // in-place / out=
-         std::strstr(m, "Found dtype") != nullptr;                                 // out= dtype rules
+         std::strstr(m, "Found dtype") != nullptr ||                               // out= dtype rules
+         // add/sub's alpha_check, which the Meta kernels skip for bool results and bool alphas:
+         // it depends on the result dtype and the kind of alpha, both in the Meta key.
+         std::strstr(m, "argument alpha must not be") != nullptr ||
+         std::strstr(m, "Boolean alpha only supported") != nullptr;
 }
 
 constexpr int64_t kMaxOverlapProbeElements = 1 << 24;

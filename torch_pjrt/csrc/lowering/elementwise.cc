@@ -252,8 +252,11 @@ std::vector<Val> LowerBitwiseAnd(LowerCtx& c) { return Bitwise(c, "and"); }
 std::vector<Val> LowerBitwiseOr(LowerCtx& c) { return Bitwise(c, "or"); }
 std::vector<Val> LowerBitwiseXor(LowerCtx& c) { return Bitwise(c, "xor"); }
 
+// Like comparisons, logical ops test their operands in the promoted type: a 0-d int32 -2^31 beside
+// an int16 tensor is cast to int16 first (0, so false).
 std::vector<Val> Logical(LowerCtx& c, const char* op) {
-  Val a = In(c, 0, ElementType::kBool), b = In(c, 1, ElementType::kBool);
+  ElementType t = ResultType(c, {0, 1});
+  Val a = c.e.Convert(In(c, 0, t), ElementType::kBool), b = c.e.Convert(In(c, 1, t), ElementType::kBool);
   return {Done(c, c.e.Binary(op, a, b))};
 }
 std::vector<Val> LowerLogicalAnd(LowerCtx& c) { return Logical(c, "and"); }
@@ -342,8 +345,20 @@ std::vector<Val> LowerChlo(LowerCtx& c) {
   ElementType t = Compute(c);
   return {Done(c, Chlo(c.e, kOp, In(c, 0, t)))};
 }
-constexpr char kErf[] = "erf", kErfinv[] = "erf_inv", kAsin[] = "asin", kAcos[] = "acos",
+constexpr char kErfinv[] = "erf_inv", kAsin[] = "asin", kAcos[] = "acos",
                kAtan[] = "atan", kAsinh[] = "asinh", kAcosh[] = "acosh", kAtanh[] = "atanh";
+
+// XLA's float32 erf clamps its argument at 3.8325069 and returns 1 - 3 ulps there, so erf(36)
+// cast to an integer was 0. torch's float32 erf is exactly +-1 from that same |x| on; float64's
+// reaches 1 by itself (from 5.92).
+constexpr double kFloat32ErfIsOne = 3.8325067758560185;
+std::vector<Val> LowerErf(LowerCtx& c) {
+  ElementType t = Compute(c);
+  Val x = In(c, 0, t), erf = Chlo(c.e, "erf", x);
+  if (t == ElementType::kF64) return {Done(c, erf)};
+  Val saturated = c.e.Compare("GE", c.e.Unary("abs", x), K(c, kFloat32ErfIsOne, t));
+  return {Done(c, c.e.Select(saturated, c.e.Unary("sign", x), erf))};
+}
 
 // sinh and cosh from exp/expm1: XLA's own lose ~|x| ulps (exp(x + log 0.5) rounds x + log 0.5),
 // 14 ulps at x = 64 in float32. Near overflow, exp(|x| / 2) squared keeps finite results finite
@@ -720,7 +735,7 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("tan", LowerUnary<kTan>);
   r.Add("tanh", LowerUnary<kTanh>);
   r.Add("sigmoid", LowerUnary<kSigmoid>);
-  r.Add("erf", LowerChlo<kErf>);
+  r.Add("erf", LowerErf);
   r.Add("erfinv", LowerChlo<kErfinv>);
   r.Add("asin", LowerChlo<kAsin>);
   r.Add("acos", LowerChlo<kAcos>);

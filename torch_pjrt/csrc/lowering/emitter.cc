@@ -276,7 +276,21 @@ Val Emitter::NanPropagating(const Val& m, const Val& a, const Val& b) {
   return IsNonNanConstant(a) ? r : Select(Compare("NE", a, a), a, r);
 }
 
-Val Emitter::RawBinary(std::string_view op, const Val& a, const Val& b) {
+namespace {
+
+// XLA computes add and multiply of i1 values as one-bit integer arithmetic (true + true is false
+// where the add is fused); torch's bool add is a logical or, its multiply a logical and.
+std::string_view BoolOp(std::string_view op, ElementType t) {
+  if (t != ElementType::kBool) return op;
+  if (op == "add") return "or";
+  if (op == "multiply") return "and";
+  return op;
+}
+
+}  // namespace
+
+Val Emitter::RawBinary(std::string_view op_name, const Val& a, const Val& b) {
+  std::string_view op = BoolOp(op_name, a.dtype());
   Val v = NewValue(a.type);
   Line(Name(v) + " = stablehlo." + std::string(op) + " " + Name(a) + ", " + Name(b) + " : " +
        TypeString(a.type));
@@ -631,7 +645,7 @@ Val Emitter::RawReduce(const Val& x, const Val& init, const Dims& dims, std::str
   }
   Val v = NewValue(TensorType{x.dtype(), g.kept});
   Line(Name(v) + " = stablehlo.reduce(" + Name(operand) + " init: " + Name(init) +
-       ") applies stablehlo." + std::string(op) + " across dimensions = " + DimsString(g.reduced) +
+       ") applies stablehlo." + std::string(BoolOp(op, x.dtype())) + " across dimensions = " + DimsString(g.reduced) +
        " : (" + TypeString(operand) + ", " + TypeString(init) + ") -> " + TypeString(v));
   return v;
 }
