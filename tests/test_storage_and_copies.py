@@ -177,3 +177,27 @@ def test_cpu_scalar_tensors_mix_with_pjrt():
     assert y.cpu().tolist() == [2.5] * 3
     with pytest.raises(RuntimeError, match="same device"):
         x + torch.ones(3)
+
+
+def test_a_copy_of_a_materialized_tensor_shares_its_buffer_without_an_execution():
+    """A copy whose value is another storage's whole buffer takes that (immutable) buffer at the
+    sync instead of running a copy program (AccumulateGrad copies a gradient that reaches two
+    parameters); writing either tensor afterwards leaves the other as it was, also where the write
+    could donate the buffer (an in-place update of a parameter)."""
+    x = torch.arange(6.0, device="pjrt")
+    x.cpu()  # materialized
+    with Counters() as c:
+        y = torch.empty_like(x).copy_(x)
+        y.cpu()
+    assert c["Executions"] == 0
+    x.mul_(2)
+    assert x.cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0] and y.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    y.add_(1)
+    assert y.cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and x.cpu().tolist()[1] == 2.0
+    p = torch.nn.Parameter(torch.ones(4, device="pjrt"))
+    p.grad = torch.full((4,), 0.5, device="pjrt")
+    p.grad.cpu()
+    saved = torch.empty_like(p).copy_(p.detach())
+    saved.cpu()
+    torch.optim.SGD([p], lr=1.0).step()
+    assert p.detach().cpu().tolist() == [0.5] * 4 and saved.cpu().tolist() == [1.0] * 4

@@ -436,6 +436,26 @@ PendingGraph CollectTargets(const DeviceTrace& trace) {
   return g;
 }
 
+// Targets whose new value is a parameter's whole buffer (a clone of a materialized tensor, as
+// autograd's AccumulateGrad makes where one gradient tensor reaches two parameters) take that
+// buffer instead of a program that copies it: PJRT buffers are immutable, and a buffer two
+// storages hold is never donated (the launch donates only buffers nothing else holds).
+void ShareParamBuffers(PendingGraph* g) {
+  size_t kept = 0;
+  for (size_t i = 0; i < g->targets.size(); ++i) {
+    const Value& v = g->outputs[i];
+    if (v.node->kind == NodeKind::kParam && v.node->buffer != nullptr && HasType(*v.node->buffer, v.type())) {
+      g->targets[i]->SetBuffer(v.node->buffer);
+      continue;
+    }
+    g->targets[kept] = g->targets[i];
+    g->outputs[kept] = std::move(g->outputs[i]);
+    ++kept;
+  }
+  g->targets.resize(kept);
+  g->outputs.resize(kept);
+}
+
 // The first poisoned buffer `v` reads (through any chain of ops), or null.
 DeferredErrorPtr PoisonReadBy(const Value& v, std::unordered_map<const Node*, DeferredErrorPtr>* memo) {
   VisitInputsFirst(v.node.get(), [&](const Node* n) { return memo->count(n) > 0; }, [&](const Node* n) {
@@ -710,6 +730,7 @@ void SyncSettledDevice(int device, SyncCause cause, LaunchRecord* record, Deferr
   DeviceTrace& trace = Trace(device);
   PendingGraph g = CollectTargets(trace);
   if (failure) DropTargetsReadingPoison(&g);
+  if (record == nullptr) ShareParamBuffers(&g);  // a capture maps its outputs to program results
   if (!g.outputs.empty()) {
     ScopedTimer sync_timer(Timer::kSync);
     Metrics::IncrementNamed(std::string("Sync::") + SyncCauseName(cause));
