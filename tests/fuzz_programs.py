@@ -437,8 +437,9 @@ class Gen:
         x = self.var()
         t = self.t(x)
         value = self.var(lambda o: not reads_itself_reordered(t, o)) if self.d.int(0, 1) else fmt(self.scalar())
-        if value[:1] == "v":
-            value = fmt(self.scalar()) if reads_itself_reordered(t, self.t(value)) else self.source_for(t, value)
+        src = self.t(value) if value[:1] == "v" else None
+        if src is not None:
+            value = fmt(self.scalar()) if reads_itself_reordered(t, src) else self.source_for(t, value)
         if t.numel() == 1 and value in self.ns and isinstance(self.t(value), torch.Tensor) and \
                 self.t(value).untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
             value = fmt(self.scalar())  # one element onto itself: CPU raises or not by the value's rank
@@ -454,6 +455,10 @@ class Gen:
         if k == "list":
             idx = [self.d.int(-size, size - 1) for _ in range(self.d.int(1, 3))]
             return self.emit(f"{x}[torch.tensor({idx}, device=dev)] = {value}")
+        if value[:1] == "v" and src.dim() == 0 and src.dtype != t.dtype:
+            # CPU eager fills a mask from a one-element CPU tensor as from a Python number and
+            # raises where it overflows the destination; CUDA and pjrt convert it as a tensor.
+            value = fmt(self.scalar())
         return self.emit(f"{x}[{x} != {x}] = {value}" if t.is_floating_point() else f"{x}[{x} > 0] = {value}")
 
     def op_out(self):
