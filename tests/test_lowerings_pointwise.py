@@ -328,3 +328,19 @@ def test_alpha_kinds_are_checked_as_on_the_cpu(dtype, alpha):
                      lambda: torch.add(x, 2, alpha=alpha)):
             with pytest.raises(RuntimeError, match="alpha"):
                 call()
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_integer_tensors_beside_half_types_are_cast_to_the_common_dtype_first(half):
+    """TensorIterator casts a dimensioned int64 operand to the common float16/bfloat16 before
+    computing in float32: 9e18 is inf there (fuzz seed 408974: floor_divide gave +-inf where the
+    CPU gives NaN), and 1001 rounds in bfloat16. 0-d operands are CPU scalars, read in float32."""
+    def run(d):
+        ints = torch.tensor([-9223372036854775808, 9223372036854775807, 1001, 70000, 3], device=d)
+        h = torch.tensor([1.5, -2.0, 3.0, 0.5, -100.0], dtype=half, device=d)
+        h0 = torch.tensor(-100.0, dtype=half, device=d)
+        return [ints + h, h - ints, torch.sub(h, ints, alpha=0.5), ints * h, ints / h0, h / ints,
+                torch.floor_divide(ints, h0), torch.floor_divide(h, ints), h0 * ints, h.clone().sub_(ints)]
+    cpu, dev = _both(run)
+    for got, want in zip(dev, cpu):
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)

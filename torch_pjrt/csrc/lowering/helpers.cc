@@ -274,4 +274,11 @@ Val WithRow(Emitter& e, const Val& x, const Val& row, const Val& t) {
   return e.DynamicUpdateSlice(x, e.Reshape(row, {1, x.dims()[1], x.dims()[2]}), {t, zero, zero});
 }
 
+Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t) {
+  if (!c.is_tensor(i) || c.tensor(i).rank() == 0) return Val();
+  ElementType common = ResultType(c, {0, 1}), dtype = c.tensor(i).dtype();
+  if (common == t || dtype == common || dtype == ElementType::kBool) return Val();
+  return Coerce(c.e, c.e.Convert(c.tensor(i), common), c.out().dims, t);
+}
+
 }  // namespace torch_pjrt::lowering
