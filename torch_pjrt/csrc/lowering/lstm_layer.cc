@@ -17,8 +17,7 @@ namespace torch_pjrt::lowering {
 namespace {
 
 constexpr ElementType kS64 = ElementType::kS64;
-constexpr int64_t kLstmMode = 2;
-int64_t kUnrollSteps = getenv("UNROLL") ? atoi(getenv("UNROLL")) : 0;  // torch's RNN mode numbering (cuDNN's): RNN_RELU, RNN_TANH, LSTM, GRU
+constexpr int64_t kLstmMode = 2;  // torch's RNN mode numbering (cuDNN's): RNN_RELU, RNN_TANH, LSTM, GRU
 
 struct LayerShape {
   ElementType t;  // the compute type
