@@ -68,7 +68,16 @@ void CheckCopyInto(const at::Tensor& dst, const at::Tensor& src) {
               " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
 }
 
+// Views of the same data: torch's copy_ returns at once (copy_impl's is_same_data), before its
+// overlap checks, so `x.copy_(x.detach())` of an expanded x is no error.
+bool SameData(const at::Tensor& a, const at::Tensor& b) {
+  return a.is_alias_of(b) && a.storage_offset() == b.storage_offset() && a.strides() == b.strides() &&
+         a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && a.is_conj() == b.is_conj() &&
+         a.is_neg() == b.is_neg();
+}
+
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (SameData(dst, self)) return dst;
   CheckCopyInto(dst, self);
   WithTorchErrors([&] { CopyBetweenDevices(self, dst, non_blocking); });
   return dst;
