@@ -23,23 +23,23 @@ _LAYER_OP_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def _lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
     directions = 2 if bidirectional else 1
-    per_direction = 4 if has_biases else 2
-    plain = len(params) == per_direction * num_layers * directions and input.dim() == 3
+    plain = len(params) == (4 if has_biases else 2) * num_layers * directions and input.dim() == 3
     if plain and input.dtype in _LAYER_OP_DTYPES and input.numel() != 0:
-        return _lstm_by_layer(input, hx, params, has_biases, num_layers, dropout, train, directions, batch_first)
-    if plain and directions == 1:
-        return _lstm_by_step(input, hx, params, has_biases, num_layers, dropout, train, batch_first)
-    # ATen's own composite kernel (OpOverload.decompose would prefer torch._decomp's Python one).
-    return torch.ops.aten.lstm.input._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, input, hx, params,
-                                            has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        run = _layer_op(hx[0].shape[-1], num_layers, has_biases, directions, train)
+    elif plain and directions == 1:
+        run = _layer_by_step
+    else:
+        # ATen's own composite kernel (OpOverload.decompose would prefer torch._decomp's Python one).
+        return torch.ops.aten.lstm.input._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, input, hx, params,
+                                                has_biases, num_layers, dropout, train, bidirectional, batch_first)
+    return _layers(input, hx, params, has_biases, num_layers, dropout, train, directions, batch_first, run)
 
 
-def _lstm_by_layer(input, hx, params, has_biases, num_layers, dropout, train, directions, batch_first):
-    """What torch's CPU LSTM does (``mkldnn_impl`` in ATen's mkldnn/RNN.cpp): one
-    ``mkldnn_rnn_layer`` per layer and direction, on time-major input (that op's CPU kernel
-    mishandles ``batch_first``)."""
+def _layers(input, hx, params, has_biases, num_layers, dropout, train, directions, batch_first, run):
+    """The layers and directions of an LSTM on time-major input, each computed by
+    ``run(x, w_ih, w_hh, b_ih, b_hh, h0, c0, reverse) -> (output, h, c)`` (biases None without
+    them), with dropout between layers in training."""
     per_direction = 4 if has_biases else 2
-    hidden = hx[0].shape[-1]
     x = input.transpose(0, 1) if batch_first else input  # [time, batch, features]
     last_h, last_c = [], []
     for layer in range(num_layers):
@@ -47,10 +47,8 @@ def _lstm_by_layer(input, hx, params, has_biases, num_layers, dropout, train, di
         for direction in range(directions):
             index = layer * directions + direction
             w_ih, w_hh, *biases = params[index * per_direction:(index + 1) * per_direction]
-            b_ih, b_hh = biases if has_biases else (w_ih.new_zeros(w_ih.shape[0]), w_hh.new_zeros(w_hh.shape[0]))
-            out, h, c, _ = torch.ops.aten.mkldnn_rnn_layer(x, w_ih, w_hh, b_ih, b_hh, hx[0][index], hx[1][index],
-                                                           direction == 1, [], _LSTM_MODE, hidden, num_layers,
-                                                           has_biases, directions == 2, False, train)
+            b_ih, b_hh = biases if has_biases else (None, None)
+            out, h, c = run(x, w_ih, w_hh, b_ih, b_hh, hx[0][index], hx[1][index], direction == 1)
             outputs.append(out)
             last_h.append(h)
             last_c.append(c)
@@ -61,27 +59,28 @@ def _lstm_by_layer(input, hx, params, has_biases, num_layers, dropout, train, di
     return output, torch.stack(last_h), torch.stack(last_c)
 
 
-def _lstm_by_step(input, hx, params, has_biases, num_layers, dropout, train, batch_first):
-    per_layer = 4 if has_biases else 2
-    x = input.transpose(0, 1) if batch_first else input  # [time, batch, features]
-    h0, c0 = hx
-    last_h, last_c = [], []
-    for layer in range(num_layers):
-        w_ih, w_hh, *biases = params[layer * per_layer:(layer + 1) * per_layer]
-        b_ih, b_hh = biases if has_biases else (None, None)
-        input_gates = torch.matmul(x, w_ih.t())  # every step's projection in one product
-        h, c = h0[layer], c0[layer]
-        outputs = []
-        for step_gates in input_gates.unbind(0):
-            h, c, _ = torch.ops.aten._thnn_fused_lstm_cell(step_gates, torch.matmul(h, w_hh.t()), c, b_ih, b_hh)
-            outputs.append(h)
-        last_h.append(h)
-        last_c.append(c)
-        x = torch.stack(outputs)
-        if dropout != 0 and train and layer < num_layers - 1:
-            x = torch.dropout(x, dropout, True)
-    output = x.transpose(0, 1) if batch_first else x
-    return output, torch.stack(last_h), torch.stack(last_c)
+def _layer_op(hidden, num_layers, has_biases, directions, train):
+    """What torch's CPU LSTM does (``mkldnn_impl`` in ATen's mkldnn/RNN.cpp): one
+    ``mkldnn_rnn_layer`` per layer and direction, on time-major input (that op's CPU kernel
+    mishandles ``batch_first``), with zero biases where the LSTM has none."""
+    def run(x, w_ih, w_hh, b_ih, b_hh, h0, c0, reverse):
+        if b_ih is None:
+            b_ih, b_hh = w_ih.new_zeros(w_ih.shape[0]), w_hh.new_zeros(w_hh.shape[0])
+        out, h, c, _ = torch.ops.aten.mkldnn_rnn_layer(x, w_ih, w_hh, b_ih, b_hh, h0, c0, reverse, [], _LSTM_MODE,
+                                                       hidden, num_layers, has_biases, directions == 2, False, train)
+        return out, h, c
+    return run
+
+
+def _layer_by_step(x, w_ih, w_hh, b_ih, b_hh, h, c, reverse):
+    """One direction-0 layer from torch's accelerator cell, with every step's input projection as
+    one product."""
+    input_gates = torch.matmul(x, w_ih.t())
+    outputs = []
+    for step_gates in input_gates.unbind(0):
+        h, c, _ = torch.ops.aten._thnn_fused_lstm_cell(step_gates, torch.matmul(h, w_hh.t()), c, b_ih, b_hh)
+        outputs.append(h)
+    return torch.stack(outputs), h, c
 
 
 def register():

@@ -91,8 +91,7 @@ std::vector<Val> LowerRsub(LowerCtx& c) {  // rsub.Tensor(self, other, *, alpha=
 }
 
 std::vector<Val> LowerMul(LowerCtx& c) {
-  ElementType t = Compute(c);
-  if (t == ElementType::kBool) return {c.e.Binary("and", In(c, 0, t), In(c, 1, t))};
+  ElementType t = Compute(c);  // bool: the emitter's multiply of i1 values is a logical and
   return {Done(c, Mul(c.e, Operand(c, 0, t), Operand(c, 1, t)))};
 }
 
