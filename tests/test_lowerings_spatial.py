@@ -359,6 +359,22 @@ def test_grid_sample_3d(mode, padding_mode, align_corners):
           [x, grid], grad=grad, schemas=["grid_sampler_3d", "grid_sampler_3d_backward"], atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_non_finite_coordinates(mode, padding_mode):
+    """NaN and infinite grid coordinates as CPU eager samples them: its 2-d kernel clamps a NaN
+    coordinate to 0 before padding's clip (and a NaN weight makes a bilinear result NaN), its 3-d
+    kernel clips NaN to the last index and adds a corner only where it is in range."""
+    nan, inf = float("nan"), float("inf")
+    points = [[nan, 0.0], [inf, 0.1], [-inf, -0.2], [0.3, nan], [nan, nan]]
+    grid2 = torch.tensor([[points]])
+    grid3 = torch.tensor([[[[x, y, z] for (x, y), z in zip(points, [0.0, nan, 0.5, -inf, 0.2])]]]).unsqueeze(1)
+    for x, grid in ((make((1, 2, 3, 5)), grid2), (make((1, 2, 2, 3, 5)), grid3)):
+        for align_corners in (False, True):
+            check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners),
+                  [x, grid], grad=())
+
+
 def test_grid_sample_dtypes_layouts():
     grid = make((2, 4, 6, 2), low=-1.1, high=1.1, seed=1)
     for dt in (torch.float64, torch.float16, torch.bfloat16):

@@ -156,6 +156,10 @@ struct Sampler {
   int64_t k;       // spatial dims
   bool align;
   int padding;
+  // Where the forward's clip sends a NaN coordinate. CPU's 2-d kernel clamps NaN to 0 on purpose
+  // (GridSamplerKernel.cpp, clip_coordinates); its 3-d kernel's std::min(size - 1, std::max(NaN,
+  // 0)) gives size - 1. The backward kernels keep NaN, which then samples nothing.
+  enum class NanClip { kKeep, kLow, kHigh } nan_clip = NanClip::kKeep;
 
   Val F(double v) { return e.Full(v, pos); }
 
@@ -174,7 +178,9 @@ struct Sampler {
       Val inside = e.Binary("and", e.Compare("GT", c, F(0)), e.Compare("LT", c, hi));
       *grad = e.Select(inside, F(1), F(0));
     }
-    return e.Binary("minimum", hi, e.Binary("maximum", c, F(0)));
+    Val clipped = e.Binary("minimum", hi, e.Binary("maximum", c, F(0)));
+    if (nan_clip == NanClip::kKeep) return clipped;
+    return e.Select(e.Compare("NE", c, c), nan_clip == NanClip::kLow ? F(0) : hi, clipped);
   }
 
   // reflect_coordinates(_set_grad)
@@ -335,6 +341,7 @@ std::vector<Val> GridSample(LowerCtx& c, const GridContext& gc, bool want_input_
   Dims out_dims{x.dims()[0], x.dims()[1]};
   for (int64_t d : Dims(pos_dims.begin() + 1, pos_dims.end())) out_dims.push_back(d);
   Sampler s{e, TensorType{gc.acc, pos_dims}, k, gc.align, gc.padding};
+  if (out) s.nan_clip = k == 3 ? Sampler::NanClip::kHigh : Sampler::NanClip::kLow;
   // coordinate inputs per spatial dim d (0 = first spatial dim): grid component k - 1 - d
   std::vector<Val> gcoord(k);
   for (int64_t d = 0; d < k; ++d) {
@@ -381,9 +388,15 @@ std::vector<Val> GridSample(LowerCtx& c, const GridContext& gc, bool want_input_
         auto [indices, inb] = s.Indices(at, in_spatial);
         Val wb = BroadcastPos(e, w, out_dims);
         if (out || want_grid_grad) {
-          Val v = masked(inb, GatherCorner(e, x, indices, k));
+          // CPU's 2-d kernel (vectorized) multiplies the masked corner value by its weight; its 3-d
+          // kernel adds a corner only where it is in range. They differ where a weight is NaN (a
+          // NaN coordinate): NaN in 2-d, 0 in 3-d.
+          bool mask_after = k == 3;
+          Val gathered = GatherCorner(e, x, indices, k);
+          Val v = mask_after ? gathered : masked(inb, gathered);
+          auto in_range = [&](const Val& term) { return mask_after ? masked(inb, term) : term; };
           if (out) {
-            Val contrib = e.Binary("multiply", v, wb);
+            Val contrib = in_range(e.Binary("multiply", v, wb));
             result = result.valid() ? e.Binary("add", result, contrib) : contrib;
           }
           if (want_grid_grad) {
@@ -398,7 +411,7 @@ std::vector<Val> GridSample(LowerCtx& c, const GridContext& gc, bool want_input_
               }
               if (!dw.valid()) dw = s.F(1);
               if (!bit[d]) dw = e.Unary("negate", dw);
-              Val term = e.Binary("multiply", vg, BroadcastPos(e, dw, out_dims));
+              Val term = in_range(e.Binary("multiply", vg, BroadcastPos(e, dw, out_dims)));
               gsum[d] = gsum[d].valid() ? e.Binary("add", gsum[d], term) : term;
             }
           }
