@@ -100,6 +100,9 @@ BY_DESIGN = {
     "as_strided.partial_views": ("the sample views a larger CPU storage at an offset; moving it to any device "
                                  "copies only the view, so storage offsets refer to other elements (as with CUDA)",
                                  None),
+    "mode": ("CPU eager's mode sorts with std::sort and operator<, which NaN breaks (no strict weak ordering), so "
+             "its answer for a slice with NaN depends on where the NaN stood (insertion sort never moves an element "
+             "past it); pjrt orders NaN last, as torch.sort does", "NaN pattern differs"),
     "tensor_split": ("the sample passes its split indices as a CPU tensor, which moving every sample tensor to "
                      "pjrt moves too; tensor_split rejects that (as it does for CUDA tensors)",
                      "to be on cpu"),

@@ -358,3 +358,24 @@ print("RESULT " + json.dumps({"faults": faults, "said": torch_pjrt._C._keep_free
     # cause not found, docs/design.md), so the best of three runs is compared.
     activation_pages = 4096 * 2048 * 4 // 4096
     assert min(t["faults"] for t in tuned) < activation_pages, (tuned, default)
+
+
+def test_flushes_denormals_matches_the_device():
+    """The active plugin's `flushes_denormals` says what its programs do with subnormal floats:
+    read as zero (x > 0 is False for 1e-40) and never produced (exp(-100) is 0), as CPU eager
+    does under torch.set_flush_denormal(True); kept, as CPU eager keeps them by default."""
+    import torch
+
+    flushes = torch.pjrt.capabilities()["flushes_denormals"]
+    tiny = torch.tensor([1e-40, -1e-40, 1e-30])
+    on_device = tiny.to("pjrt")
+    assert torch.equal(on_device.cpu(), tiny)  # a copy keeps the bits either way
+    positive = (on_device > 0).cpu().tolist()
+    assert positive == ([False, False, True] if flushes else [True, False, True])
+    small_exp = torch.exp(torch.tensor([-100.0], device="pjrt")).item()
+    assert (small_exp == 0.0) == flushes
+    if flushes and torch.set_flush_denormal(True):  # the same as CPU eager with flushing on
+        try:
+            assert (tiny > 0).tolist() == positive
+        finally:
+            torch.set_flush_denormal(False)

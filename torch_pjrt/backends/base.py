@@ -137,6 +137,12 @@ class DevicePlugin:
     #: turns it off.
     compile_worker: bool = False
 
+    #: True when the plugin's programs treat subnormal floats as zero, read and written (what
+    #: ``torch.set_flush_denormal(True)`` does on the CPU; CPU eager keeps them by default): then
+    #: ``x > 0`` is False for x = 1e-40, and ``torch.fmod(1, 1e-40)`` is NaN. A property of the
+    #: compiler's runtime that no lowering can undo; declared so that users and tests can know it.
+    flushes_denormals: bool = False
+
     #: dtypes autocast may use on this device, preferred first (the first is autocast's default).
     amp_dtypes: Tuple[str, ...] = ("bfloat16", "float16")
 
@@ -153,6 +159,7 @@ class DevicePlugin:
             "cross_process_collectives": bool(self.cross_process_collectives),
             "host_kernels": bool(self.host_kernels),
             "compile_worker": bool(self.compile_worker),
+            "flushes_denormals": bool(self.flushes_denormals),
         }
 
     def runtime_capabilities(self) -> Dict[str, str]:

@@ -127,6 +127,10 @@ class CpuPlugin(DevicePlugin):
     # product; a bias gradient ([16, 64, 512] summed over (0, 1)) 0.71 ms, 0.13-0.17 as a 2-D
     # reduction behind a barrier (docs/design.md, XLA CPU notes).
     fast_reductions = False
+    # XLA's CPU client sets the FTZ and DAZ bits around every execution and in its worker
+    # threads (TensorFlow's convention), with no option to turn them off (docs/design.md,
+    # "Subnormal floats").
+    flushes_denormals = True
     # A second CPU client costs ~100 MB and ~0.1 s to start; compiling in this process slowed
     # every later step by 15-40% (heap fragmentation, docs/design.md).
     compile_worker = True
