@@ -101,6 +101,12 @@ REGRESSIONS = {
     # copy_ between views of the same data returns at once, before the overlap checks: an expanded
     # tensor copied onto itself raised "more than one element ..." (seeds 505076, 507203).
     "copy_onto_same_data_expanded": copy_onto_same_data_expanded,
+    # XLA's simplifier turned multiply(convert(bool), x) into select(bool, x, 0): False * inf was 0,
+    # not NaN (seed 701028: bool // -0.0).
+    "bool_times_non_finite": lambda dev: [
+        on(dev, torch.tensor([False, True, False])).float() * on(dev, torch.tensor([float("inf"), 2.0, float("nan")])),
+        on(dev, torch.tensor([False, True])) // -0.0,
+        on(dev, torch.tensor([False, True])).half() * float("-inf")],
 }
 
 

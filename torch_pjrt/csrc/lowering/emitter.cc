@@ -325,6 +325,12 @@ Val Emitter::Convert(const Val& x, ElementType t) {
     // convert-to-pred truncates on some backends; torch means "!= 0".
     return Compare("NE", x, Full(0, x.type));
   }
+  if (x.dtype() == ElementType::kBool && !IsIntegral(t)) {
+    // XLA's simplifier rewrites multiply(convert(pred), y) as select(pred, y, 0), which drops
+    // the NaN that 0 * inf and 0 * NaN give in torch (`mask.float() * x`); a conversion from
+    // uint8 is not matched by that rule.
+    return Convert(Convert(x, ElementType::kU8), t);
+  }
   bool signed_word = t == ElementType::kS32 || t == ElementType::kS64;
   if (IsFloating(x.dtype()) && IsIntegral(t) && ItemSize(t) < 8 && !signed_word) {
     // torch's casts go through a wider signed integer (int32 for 8- and 16-bit types, int64 for
