@@ -139,6 +139,9 @@ ACTIVATIONS = ["F.gelu({x}.nan_to_num(nan=NAN, posinf=1e4, neginf=-1e4))", "F.ge
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "atan2", "pow", "eq", "ne", "lt", "le", "gt", "ge",
           "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "remainder",
           "fmod", "floor_divide"]
+# Less common binary ops (their own kind, so that the main table keeps its weight) and ternary ones.
+MORE_BINARY = ["fmax", "fmin", "copysign", "hypot", "logaddexp", "logaddexp2", "xlogy", "heaviside", "nextafter"]
+TERNARY = ["clamp", "lerp", "addcmul", "addcdiv"]
 SCALAR_OPS = ["+", "-", "*", "/", "**", "==", "<", ">=", "//", "%"]
 REDUCTIONS = ["sum", "mean", "amax", "amin", "prod", "var", "std", "logsumexp", "any", "all", "argmax", "argmin",
               "max", "min", "cumsum", "softmax", "log_softmax", "norm", "nansum_like"]
@@ -241,7 +244,7 @@ class Gen:
     def one_op(self):
         kind = self.d.choice(["unary", "unary", "act", "binary", "binary", "scalar", "reduce", "reduce", "view",
                               "view", "view", "inplace", "inplace", "setitem", "out", "where", "cat", "cast",
-                              "index", "matmul", "clone"])
+                              "index", "matmul", "clone", "more"])
         return getattr(self, "op_" + kind)()
 
     def op_unary(self):
@@ -272,6 +275,21 @@ class Gen:
         if op == "pow" and not (ta.is_floating_point() or tb.is_floating_point()):
             b = f"{b}.clamp(0, 70)"  # negative integer powers raise on CPU only when the exponent is a Python int
         return self.emit(f"{self.new()} = torch.{op}({a}, {b})")
+
+    def op_more(self):
+        a, b = self.var(), self.var()
+        if self.d.int(0, 1):
+            return self.emit(f"{self.new()} = torch.{self.d.choice(MORE_BINARY)}({a}, {b})")
+        c = self.var()
+        op = self.d.choice(TERNARY)
+        if op == "clamp":  # tensor bounds, either may be left out
+            lo, hi = self.d.choice([(b, c), (b, "None"), ("None", c)])
+            return self.emit(f"{self.new()} = torch.clamp({a}, {lo}, {hi})")
+        if op == "lerp":
+            weight = self.d.choice([c, fmt(self.d.choice([0.0, 0.25, 0.5, 1.0, -1.5, 2.0, NAN]))])
+            return self.emit(f"{self.new()} = torch.lerp({a}, {b}, {weight})")
+        value = fmt(self.d.choice([1, 2, -1, 0.5, 0, -0.0, 1e4, NAN, INF]))
+        return self.emit(f"{self.new()} = torch.{op}({a}, {b}, {c}, value={value})")
 
     def op_scalar(self):
         x = self.var()

@@ -107,6 +107,12 @@ REGRESSIONS = {
         on(dev, torch.tensor([False, True, False])).float() * on(dev, torch.tensor([float("inf"), 2.0, float("nan")])),
         on(dev, torch.tensor([False, True])) // -0.0,
         on(dev, torch.tensor([False, True])).half() * float("-inf")],
+    # Dtype rules the Meta kernels leave out, raised by CPU eager's kernels (seeds 900237, 900494).
+    "addcdiv_bool_divisors": lambda dev: torch.addcdiv(on(dev, torch.tensor([1, 2], dtype=torch.int32)),
+                                                       on(dev, torch.tensor([True, False])),
+                                                       on(dev, torch.tensor([1, 2], dtype=torch.int32)), value=2),
+    "heaviside_mixed_dtypes": lambda dev: torch.heaviside(on(dev, torch.tensor([1.5, 0.0])),
+                                                          on(dev, torch.tensor([1, 2]))),
 }
 
 

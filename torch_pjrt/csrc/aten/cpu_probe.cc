@@ -117,7 +117,11 @@ bool IsDtypeRefusal(const CpuRefusal& e) {
          // add/sub's alpha_check, which the Meta kernels skip for bool results and bool alphas:
          // it depends on the result dtype and the kind of alpha, both in the Meta key.
          std::strstr(m, "argument alpha must not be") != nullptr ||
-         std::strstr(m, "Boolean alpha only supported") != nullptr;
+         std::strstr(m, "Boolean alpha only supported") != nullptr ||
+         // Dtype rules the Meta kernels leave out: addcdiv counts bool as an integer type, and
+         // heaviside wants one dtype for both operands.
+         std::strstr(m, "Integer division with addcdiv is no longer supported") != nullptr ||
+         std::strstr(m, "heaviside is not yet implemented for tensors with different dtypes") != nullptr;
 }
 
 constexpr int64_t kMaxOverlapProbeElements = 1 << 24;
