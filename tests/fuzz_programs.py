@@ -244,7 +244,7 @@ class Gen:
     def one_op(self):
         kind = self.d.choice(["unary", "unary", "act", "binary", "binary", "scalar", "reduce", "reduce", "view",
                               "view", "view", "inplace", "inplace", "setitem", "out", "where", "cat", "cast",
-                              "index", "matmul", "clone", "more"])
+                              "index", "matmul", "clone", "more", "order"])
         return getattr(self, "op_" + kind)()
 
     def op_unary(self):
@@ -290,6 +290,52 @@ class Gen:
             return self.emit(f"{self.new()} = torch.lerp({a}, {b}, {weight})")
         value = fmt(self.d.choice([1, 2, -1, 0.5, 0, -0.0, 1e4, NAN, INF]))
         return self.emit(f"{self.new()} = torch.{op}({a}, {b}, {c}, value={value})")
+
+    def op_order(self):
+        """Sorting, scans with indices, scatters with a reduction and data-dependent shapes. Sorts are
+        stable (the order of ties is otherwise unspecified) and topk is compared by its values."""
+        x = self.var()
+        t = self.t(x)
+        n = self.new()
+        d = self.dim(t)
+        k = self.d.choice(["sort", "argsort", "cummax", "cummin", "topk", "scatter_reduce", "take", "nonzero",
+                           "masked_select", "unique", "index_put"])
+        if k in ("sort", "argsort"):
+            desc = self.d.choice([True, False])
+            if k == "argsort":
+                return self.emit(f"{n} = torch.argsort({x}, dim={d}, descending={desc}, stable=True)")
+            m = self.new()
+            return self.emit(f"{n}, {m} = torch.sort({x}, dim={d}, descending={desc}, stable=True)")
+        if k in ("cummax", "cummin"):
+            m = self.new()
+            return self.emit(f"{n}, {m} = torch.{k}({x}, {d})")
+        if k == "topk":
+            size = t.shape[d] if t.dim() else 1
+            return self.emit(f"{n} = torch.topk({x}, {self.d.int(0, size)}, dim={d}, "
+                             f"largest={self.d.choice([True, False])}).values")
+        if k == "nonzero":
+            return self.emit(f"{n} = torch.nonzero({x})")
+        if k == "masked_select":
+            return self.emit(f"{n} = torch.masked_select({x}, {x} > 0)")
+        if k == "unique":
+            return self.emit(f"{n} = torch.unique({x}, sorted=True)")
+        if t.numel() == 0:
+            return self.emit(f"{n} = {x}.clone()")
+        flat = [self.d.int(0, t.numel() - 1) for _ in range(self.d.int(1, 5))]
+        if k == "take":
+            return self.emit(f"{n} = torch.take({x}, torch.tensor({flat}, device=dev))")
+        if k == "index_put":
+            src = self.var()
+            return self.emit(f"{n} = {x}.flatten().index_put((torch.tensor({flat}, device=dev),), "
+                             f"{src}.flatten()[:1].to({x}.dtype), accumulate={self.d.choice([True, False])})"
+                             if self.t(src).numel() else f"{n} = {x}.clone()")
+        if t.dim() == 0:
+            return self.emit(f"{n} = {x}.clone()")
+        shape = list(t.shape)
+        idx = [self.d.int(0, shape[d] - 1) for _ in range(math.prod(shape))]
+        reduce = self.d.choice(["sum", "prod", "amax", "amin", "mean"])
+        return self.emit(f"{n} = {x}.scatter_reduce({d}, torch.tensor({idx}, device=dev).view({tuple(shape)}), "
+                         f"{x}.flip({d}), {reduce!r}, include_self={self.d.choice([True, False])})")
 
     def op_scalar(self):
         x = self.var()

@@ -52,6 +52,20 @@ def test_nonzero_of_empty_and_0d(shape):
     native(torch.nonzero, torch.zeros(shape))
 
 
+@pytest.mark.parametrize("shape", [(4, 3, 3), (5,), (), (0, 3)], ids=str)
+def test_nonzero_is_column_major_as_on_the_cpu(shape):
+    """CPU (and CUDA) fill nonzero's result as [rank, count] and return its transpose; out= keeps
+    the layout of an out of the right size and gives a resized one that layout."""
+    x = torch.randn(shape)
+    assert torch.nonzero(x.to("pjrt")).stride() == torch.nonzero(x).stride()
+    for make in (lambda d: torch.empty(0, dtype=torch.long, device=d),
+                 lambda d: torch.empty(torch.nonzero(x).shape, dtype=torch.long, device=d)):
+        want, got = make("cpu"), make("pjrt")
+        torch.nonzero(x, out=want)
+        torch.nonzero(x.to("pjrt"), out=got)
+        assert got.stride() == want.stride() and torch.equal(got.cpu(), want)
+
+
 def test_nonzero_out_and_where_one_arg():
     x = sample(torch.float32)
     out = torch.empty(0, dtype=torch.long, device="pjrt")

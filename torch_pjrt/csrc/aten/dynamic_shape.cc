@@ -99,22 +99,29 @@ at::Tensor RepeatInterleaveKernel(const at::Tensor& repeats, std::optional<int64
   return WithTorchErrors([&] { return RepeatInterleave(repeats, output_size); });
 }
 
+// [count, rank] with strides (1, count), as CPU's and CUDA's nonzero return it: the transpose of
+// a [rank, count] result (set explicitly: for count 0, .t() would give strides (1, 1)).
 at::Tensor Nonzero(const at::Tensor& self) {
   int64_t count = ReadCount("pjrt::count_nonzero", self);
   int64_t rank = self.dim();
   graph::Value v = TraceInternalOp("pjrt::nonzero", {self}, {},
-                                 {TensorType{ElementType::kS64, {count, rank}}})[0];
-  return TensorOfValue(std::move(v), {count, rank}, c10::kLong, self.device().index());
+                                 {TensorType{ElementType::kS64, {rank, count}}})[0];
+  return TensorOfValue(std::move(v), {rank, count}, c10::kLong, self.device().index())
+      .as_strided({count, rank}, {1, count});
 }
 
 at::Tensor NonzeroKernel(const at::Tensor& self) {
   return WithTorchErrors([&] { return Nonzero(self); });
 }
 
+// As CPU's nonzero_out: an out of the result's size keeps its layout; one that is resized gets the
+// result's column-major strides.
 at::Tensor& NonzeroOutKernel(const at::Tensor& self, at::Tensor& out) {
   TORCH_CHECK(out.scalar_type() == c10::kLong, "nonzero: Expected out tensor to have scalar type Long but got ",
               out.scalar_type());
-  WriteOut(out, NonzeroKernel(self));
+  at::Tensor result = NonzeroKernel(self);
+  if (at::native::resize_output(out, result.sizes())) out.as_strided_(result.sizes(), result.strides());
+  out.copy_(result);
   return out;
 }
 

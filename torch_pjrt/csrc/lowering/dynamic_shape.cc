@@ -76,14 +76,15 @@ std::vector<Val> LowerNonzeroStatic(LowerCtx& c) {
   return {e.Select(filled, e.Full(static_cast<double>(c.int_arg(2, -1)), coords.type), coords)};
 }
 
-// nonzero(self, count) -> s64[count, rank]: coordinates of the nonzero elements, row-major order.
+// nonzero(self, count) -> s64[rank, count]: coordinates of the nonzero elements, row-major order,
+// one row per dim (torch's kernels fill that layout and return its transpose).
 std::vector<Val> LowerNonzero(LowerCtx& c) {
   Emitter& e = c.e;
   Val x = c.tensor(0);
-  int64_t count = c.out().dims[0];
+  int64_t count = c.out().dims[1];
   Val flat = SelectedFirst(e, Flat(e, IsNonzero(e, x)));
   flat = e.SliceDim(flat, 0, 0, count);
-  return {Coordinates(e, flat, x.dims(), count)};
+  return {e.Transpose(Coordinates(e, flat, x.dims(), count), {1, 0})};
 }
 
 // masked_select(self, mask, count) -> [count], both already broadcast to one shape.
