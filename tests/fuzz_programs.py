@@ -19,6 +19,7 @@ Used by tests/test_fuzz.py (hypothesis draws the choices) and tests/fuzz_sweep.p
 random.Random does): the same generator, two sources of choices.
 """
 import contextlib
+import functools
 import math
 import random
 import re
@@ -837,25 +838,38 @@ def explained_by_inputs(program, dev_t, name):
     return False
 
 
+def zeros_strided(shape, stride, dtype, device):
+    """Zeros laid out with exactly these strides (an expanded layout included)."""
+    size = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(n > 0 for n in shape) else 0
+    return torch.zeros(size, dtype=dtype, device=device).as_strided(shape, stride)
+
+
 def strides_from_meta(program, dev_t, name):
     """Whether pjrt's strides for `name` are those torch's Meta kernel computes for its defining
     line (pjrt takes result strides from Meta kernels; where one disagrees with the CPU kernel, as
-    logical_xor(x, y) does for a broadcast x, the difference is torch's: a known gap)."""
+    logical_xor(x, y) does for a broadcast x, the difference is torch's: a known gap), or those CPU
+    eager computes when no input needs a cast: CPU's TensorIterator first copies an input of another
+    dtype into a fresh tensor (contiguous where the input was expanded) and orders dimensions by
+    that copy, where the Meta kernels (and CUDA's) order them by the inputs as given."""
     defining = [i for i, line in enumerate(program.lines) if re.match(rf"\s*{name}\s*=", line)]
     if len(defining) != 1:
         return False
     line = program.lines[defining[0]]
-    ns = namespace("meta")
-    for v in re.findall(r"\bv\d+\b", line.split("=", 1)[1]):
-        t = dev_t[v]
-        ns[v] = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-    try:
-        with quiet():
-            exec(line, ns)
-    except Exception:  # noqa: BLE001
-        return False
-    m = ns.get(name)
-    return isinstance(m, torch.Tensor) and significant_strides(m) == significant_strides(dev_t[name])
+    inputs = {v: dev_t[v] for v in re.findall(r"\bv\d+\b", line.split("=", 1)[1])}
+    common = functools.reduce(torch.promote_types, [t.dtype for t in inputs.values()]) if inputs else None
+    for device, dtype_of in (("meta", lambda t: t.dtype), ("cpu", lambda t: common)):
+        ns = namespace(device)
+        for v, t in inputs.items():
+            ns[v] = zeros_strided(t.shape, t.stride(), dtype_of(t), device)
+        try:
+            with quiet():
+                exec(line, ns)
+        except Exception:  # noqa: BLE001
+            continue
+        m = ns.get(name)
+        if isinstance(m, torch.Tensor) and significant_strides(m) == significant_strides(dev_t[name]):
+            return True
+    return False
 
 
 # Loose enough for the few-ulp differences between XLA's and CPU eager's math functions once a later
