@@ -786,7 +786,11 @@ def explained_by_inputs(program, dev_t, name):
     - for sums, within ulps of the sum of the magnitudes (the rounding of a sum depends on its
       order, and XLA's and CPU eager's orders differ).
     The inputs are pjrt's final values if nothing is written in place after the line, else CPU's
-    values from before the line."""
+    values from before the line. A variable last written by an in-place method call
+    (`v5.div_(v1)`) is recomputed from CPU's values before that call, with subnormals flushed."""
+    updates = [i for i, line in enumerate(program.lines) if re.match(rf"\s*{name}\.\w+_\(", line)]
+    if updates and explained_update(program, dev_t, name, updates[-1]):
+        return True
     defining = [i for i, line in enumerate(program.lines) if re.match(rf"\s*({name}\s*=|{name}\s*,|.*,\s*{name}\s*=)", line)]
     if len(defining) != 1:
         return False
@@ -842,6 +846,31 @@ def zeros_strided(shape, stride, dtype, device):
     """Zeros laid out with exactly these strides (an expanded layout included)."""
     size = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(n > 0 for n in shape) else 0
     return torch.zeros(size, dtype=dtype, device=device).as_strided(shape, stride)
+
+
+def explained_update(program, dev_t, name, i):
+    """Whether line i, an in-place method call on `name` that nothing writes over later, gives
+    pjrt's value from CPU's values before it with subnormal floats flushed (`flushes_denormals`)."""
+    if not flushes_denormals():
+        return False
+    line = program.lines[i]
+    storage = program.cpu_ns[name].untyped_storage().data_ptr()
+    if any(storage in written_storage(program, later) for later in program.lines[i + 1:]):
+        return False
+    snap = program.snapshots.get(i, {})
+    names = set(re.findall(r"\bv\d+\b", line))
+    if any(v not in snap for v in names):
+        return False
+    ns = namespace("cpu")
+    for v in names:
+        ns[v] = flushed(snap[v].clone())
+    try:
+        with quiet():
+            exec(line, ns)
+        compare(name, dev_t[name], flushed(ns[name]), line, strides=False)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def strides_from_meta(program, dev_t, name):

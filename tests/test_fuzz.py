@@ -10,6 +10,7 @@ bugs the fuzzer found that were fixed.
 """
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -111,6 +112,16 @@ REGRESSIONS = {
     "addcdiv_bool_divisors": lambda dev: torch.addcdiv(on(dev, torch.tensor([1, 2], dtype=torch.int32)),
                                                        on(dev, torch.tensor([True, False])),
                                                        on(dev, torch.tensor([1, 2], dtype=torch.int32)), value=2),
+    # XLA's simplifier rewrote log(pow(a, b)) as b * log|a| and log(exp(a)) as a (seed 1001394:
+    # log(pow(-1., -1.)) was -0.0, not NaN); overflow and underflow too.
+    "log_of_pow_and_exp": lambda dev: [
+        torch.log(torch.pow(on(dev, torch.tensor([-1.0, -2.0, 10.0, 10.0, 0.0, 1.0])),
+                            on(dev, torch.tensor([-1.0, 3.0, 50.0, -50.0, 2.0, 0.5])))),
+        torch.log(torch.exp(on(dev, torch.tensor([100.0, -200.0, 0.0, float("nan"), float("inf")])))),
+        torch.log(on(dev, torch.tensor([-8.0, 1.0])) ** 0.5)],
+    # gelu's CDF is 0 and 1 beyond |x| = 5.7 (seed 1006845: gelu(100.) was 99.99998, cast to 99).
+    "gelu_saturates": lambda dev: [F.gelu(on(dev, torch.tensor([100.0, 7.5, -7.5, -1e38, 1e38]))),
+                                   F.gelu(on(dev, torch.tensor([100.0], dtype=torch.bfloat16))).to(torch.uint8)],
     "heaviside_mixed_dtypes": lambda dev: torch.heaviside(on(dev, torch.tensor([1.5, 0.0])),
                                                           on(dev, torch.tensor([1, 2]))),
 }

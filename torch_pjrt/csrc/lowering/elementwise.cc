@@ -357,13 +357,13 @@ constexpr char kErfinv[] = "erf_inv", kAsin[] = "asin", kAcos[] = "acos",
 // cast to an integer was 0. torch's float32 erf is exactly +-1 from that same |x| on; float64's
 // reaches 1 by itself (from 5.92).
 constexpr double kFloat32ErfIsOne = 3.8325067758560185;
-std::vector<Val> LowerErf(LowerCtx& c) {
-  ElementType t = Compute(c);
-  Val x = In(c, 0, t), erf = Chlo(c.e, "erf", x);
-  if (t == ElementType::kF64) return {Done(c, erf)};
-  Val saturated = c.e.Compare("GE", c.e.Unary("abs", x), K(c, kFloat32ErfIsOne, t));
-  return {Done(c, c.e.Select(saturated, c.e.Unary("sign", x), erf))};
+Val Erf(Emitter& e, const Val& x) {
+  Val erf = Chlo(e, "erf", x);
+  if (x.dtype() == ElementType::kF64) return erf;
+  Val saturated = e.Compare("GE", e.Unary("abs", x), e.Full(kFloat32ErfIsOne, x.type));
+  return e.Select(saturated, e.Unary("sign", x), erf);
 }
+std::vector<Val> LowerErf(LowerCtx& c) { return {Done(c, Erf(c.e, In(c, 0, Compute(c))))}; }
 
 // sinh and cosh from exp/expm1: XLA's own lose ~|x| ulps (exp(x + log 0.5) rounds x + log 0.5),
 // 14 ulps at x = 64 in float32. Near overflow, exp(|x| / 2) squared keeps finite results finite
@@ -500,16 +500,19 @@ Val GeluTanh(Emitter& e, const Val& x) {
   Val inner = Mul(e, e.Full(kSqrt2OverPi, x.type), Add(e, x, Mul(e, e.Full(0.044715, x.type), cube)));
   return Mul(e, Mul(e, half, x), Add(e, one, e.Unary("tanh", inner)));
 }
-// The normal CDF as torch computes it, 0.5 * (1 + erf(x / sqrt 2)). XLA's float32 erf stops one
-// ulp short of -1, which would leave gelu(-1e38) at -3e30 instead of -0: below x = -5.7 the CDF
-// is under half an ulp of 1 (torch's float32 erf rounds to -1 there), so it is 0. erfc(-x / sqrt 2)
-// would avoid the select but costs 3x erf in XLA:CPU (gelu was 0.63 ms against 0.20 for 512k
-// floats), and torch's own 1 + erf cancels the same way.
+// The normal CDF as torch computes it, 0.5 * (1 + erf(x / sqrt 2)). XLA's float32 erf stops 3
+// ulps short of +-1, which would leave gelu(-1e38) at -3e30 instead of -0 and gelu(100.) at
+// 99.99998 (cast to 99) instead of 100: beyond |x| = 5.7 the CDF is within half an ulp of 0 or 1
+// (the erf inside CPU eager's gelu rounds to +-1 there; it does not saturate from 3.8325 on as
+// torch.erf does, so LowerErf's rule is not used here). erfc(-x / sqrt 2) would avoid the
+// selects but costs 3x erf in XLA:CPU (gelu was 0.63 ms against 0.20 for 512k floats), and
+// torch's own 1 + erf cancels the same way.
 Val NormalCdf(Emitter& e, const Val& x) {
   Val cdf = Mul(e, e.Full(0.5, x.type),
                 Add(e, e.Full(1, x.type), Chlo(e, "erf", Mul(e, x, e.Full(1 / kSqrt2, x.type)))));
-  if (x.dtype() == ElementType::kF64) return cdf;  // float64 erf reaches -1
-  return e.Select(e.Compare("LT", x, e.Full(-5.7, x.type)), e.Full(0, x.type), cdf);
+  if (x.dtype() == ElementType::kF64) return cdf;  // float64 erf reaches +-1
+  cdf = e.Select(e.Compare("LT", x, e.Full(-5.7, x.type)), e.Full(0, x.type), cdf);
+  return e.Select(e.Compare("GT", x, e.Full(5.7, x.type)), e.Full(1, x.type), cdf);
 }
 Val GeluErf(Emitter& e, const Val& x) { return Mul(e, x, NormalCdf(e, x)); }
 std::vector<Val> LowerGelu(LowerCtx& c) {  // gelu(self, *, approximate='none')

@@ -246,9 +246,28 @@ Val Emitter::Iota(const TensorType& t, int64_t dim) {
 // ---------------------------------------------------------------- elementwise
 
 Val Emitter::Unary(std::string_view op, const Val& x) {
+  bool foldable = !x.is_param && x.sub < 0 && log_foldable_.count(x.id) > 0;
+  if (op == "log" && foldable) return LogOfFoldable(x);
+  Val v = RawUnary(op, x);
+  if (op == "exponential" && IsFloating(x.dtype())) log_foldable_.insert(v.id);
+  return v;
+}
+
+Val Emitter::RawUnary(std::string_view op, const Val& x) {
   Val v = NewValue(x.type);
   Line(Name(v) + " = stablehlo." + std::string(op) + " " + Name(x) + " : " + TypeString(x.type));
   return v;
+}
+
+// XLA's simplifier rewrites log(pow(a, b)) as b * log(|a|) and log(exp(a)) as a, which holds only
+// where 0 < x < inf: log(pow(-1., -1.)) gave -0.0 for NaN, log(exp(100.)) 100 for inf. The log
+// of x's other values is selected explicitly: -inf at zero, inf at inf, NaN below zero and at NaN.
+Val Emitter::LogOfFoldable(const Val& x) {
+  Val zero = Full(0, x.type), inf = Full(std::numeric_limits<double>::infinity(), x.type);
+  Val regular = RawBinary("and", Compare("GT", x, zero), Compare("LT", x, inf));
+  Val special = Select(Compare("EQ", x, zero), Full(-std::numeric_limits<double>::infinity(), x.type),
+                       Select(Compare("EQ", x, inf), inf, Full(std::numeric_limits<double>::quiet_NaN(), x.type)));
+  return Select(regular, RawUnary("log", x), special);
 }
 
 Val Emitter::Binary(std::string_view op, const Val& a, const Val& b) {
@@ -294,6 +313,7 @@ Val Emitter::RawBinary(std::string_view op_name, const Val& a, const Val& b) {
   Val v = NewValue(a.type);
   Line(Name(v) + " = stablehlo." + std::string(op) + " " + Name(a) + ", " + Name(b) + " : " +
        TypeString(a.type));
+  if (op == "power" && IsFloating(a.dtype())) log_foldable_.insert(v.id);
   return v;
 }
 

@@ -211,10 +211,13 @@ class Emitter {
   Val NanPropagating(const Val& m, const Val& a, const Val& b);
   bool IsNonNanConstant(const Val& v) const;
   Val RawBinary(std::string_view op, const Val& a, const Val& b);
+  Val RawUnary(std::string_view op, const Val& x);
+  Val LogOfFoldable(const Val& x);
   Val RawReduce(const Val& x, const Val& init, const Dims& dims, std::string_view op);
   TargetOptions target_;
   std::unordered_set<int> non_nan_constants_;  // ids of constants that are not NaN
   std::unordered_map<int32_t, Val> transposed_2d_;  // result id -> operand, for DotGeneral
+  std::unordered_set<int32_t> log_foldable_;  // float power / exponential results (LogOfFoldable)
   std::string body_;
   std::vector<TensorType> params_;
   Dims replica_devices_;  // empty: an ordinary single-replica program
