@@ -520,9 +520,10 @@ class Gen:
         if k == "list":
             idx = [self.d.int(-size, size - 1) for _ in range(self.d.int(1, 3))]
             return self.emit(f"{x}[torch.tensor({idx}, device=dev)] = {value}")
-        if value[:1] == "v" and src.dim() == 0 and src.dtype != t.dtype:
-            # CPU eager fills a mask from a one-element CPU tensor as from a Python number and
-            # raises where it overflows the destination; CUDA and pjrt convert it as a tensor.
+        if value[:1] == "v" and src.numel() == 1 and src.dtype != t.dtype:
+            # CPU eager fills a mask from a one-element CPU tensor (0-d or not: seed 1106821) as
+            # from a Python number and raises where it overflows the destination; CUDA and pjrt
+            # convert it as a tensor.
             value = fmt(self.scalar())
         return self.emit(f"{x}[{x} != {x}] = {value}" if t.is_floating_point() else f"{x}[{x} > 0] = {value}")
 
