@@ -57,15 +57,9 @@ Val Scaled(LowerCtx& c, const Val& other, size_t alpha_index, ElementType t) {
 
 // ------------------------------------------------------------ arithmetic
 
-// An operand of add, sub, mul or div (see ThroughCommonDtype).
-Val Operand(LowerCtx& c, size_t i, ElementType t) {
-  Val v = ThroughCommonDtype(c, i, t);
-  return v.valid() ? v : In(c, i, t);
-}
-
 std::vector<Val> LowerAdd(LowerCtx& c) {  // add.Tensor(self, other, *, alpha=1)
   ElementType t = Compute(c);
-  return {Done(c, Add(c.e, Operand(c, 0, t), Scaled(c, Operand(c, 1, t), 2, t)))};
+  return {Done(c, Add(c.e, ThroughCommonDtype(c, 0, t), Scaled(c, ThroughCommonDtype(c, 1, t), 2, t)))};
 }
 
 // torch's sub_check, which the Meta kernels skip for a bool Python number (True - x, x - True):
@@ -81,18 +75,18 @@ void CheckNoBoolSubtraction(LowerCtx& c) {
 std::vector<Val> LowerSub(LowerCtx& c) {  // sub.Tensor(self, other, *, alpha=1)
   CheckNoBoolSubtraction(c);
   ElementType t = Compute(c);
-  return {Done(c, Sub(c.e, Operand(c, 0, t), Scaled(c, Operand(c, 1, t), 2, t)))};
+  return {Done(c, Sub(c.e, ThroughCommonDtype(c, 0, t), Scaled(c, ThroughCommonDtype(c, 1, t), 2, t)))};
 }
 
 std::vector<Val> LowerRsub(LowerCtx& c) {  // rsub.Tensor(self, other, *, alpha=1): other - alpha*self
   CheckNoBoolSubtraction(c);
   ElementType t = Compute(c);
-  return {Done(c, Sub(c.e, Operand(c, 1, t), Scaled(c, Operand(c, 0, t), 2, t)))};
+  return {Done(c, Sub(c.e, ThroughCommonDtype(c, 1, t), Scaled(c, ThroughCommonDtype(c, 0, t), 2, t)))};
 }
 
 std::vector<Val> LowerMul(LowerCtx& c) {
   ElementType t = Compute(c);  // bool: the emitter's multiply of i1 values is a logical and
-  return {Done(c, Mul(c.e, Operand(c, 0, t), Operand(c, 1, t)))};
+  return {Done(c, Mul(c.e, ThroughCommonDtype(c, 0, t), ThroughCommonDtype(c, 1, t)))};
 }
 
 // Integer division rounded toward negative infinity.
@@ -134,7 +128,7 @@ Val FloorDivFloat(Emitter& e, const Val& a, const Val& b) {
 
 std::vector<Val> DivWithMode(LowerCtx& c, const std::string& mode) {
   ElementType t = Compute(c);
-  Val a = Operand(c, 0, t), b = Operand(c, 1, t);
+  Val a = ThroughCommonDtype(c, 0, t), b = ThroughCommonDtype(c, 1, t);
   if (mode.empty()) return {Done(c, Div(c.e, a, b))};
   if (IsFloating(t)) {
     if (mode == "trunc") return {Done(c, Trunc(c.e, Div(c.e, a, b)))};

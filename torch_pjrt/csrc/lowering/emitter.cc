@@ -246,8 +246,7 @@ Val Emitter::Iota(const TensorType& t, int64_t dim) {
 // ---------------------------------------------------------------- elementwise
 
 Val Emitter::Unary(std::string_view op, const Val& x) {
-  bool foldable = !x.is_param && x.sub < 0 && log_foldable_.count(x.id) > 0;
-  if (op == "log" && foldable) return LogOfFoldable(x);
+  if (op == "log" && !x.is_param && x.sub < 0 && log_foldable_.count(x.id) > 0) return LogOfFoldable(x);
   Val v = RawUnary(op, x);
   if (op == "exponential" && IsFloating(x.dtype())) log_foldable_.insert(v.id);
   return v;

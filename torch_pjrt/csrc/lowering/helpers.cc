@@ -275,10 +275,13 @@ Val WithRow(Emitter& e, const Val& x, const Val& row, const Val& t) {
 }
 
 Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t) {
-  if (!c.is_tensor(i) || c.tensor(i).rank() == 0) return Val();
-  ElementType common = ResultType(c, {0, 1}), dtype = c.tensor(i).dtype();
-  if (common == t || dtype == common || dtype == ElementType::kBool) return Val();
-  return Coerce(c.e, c.e.Convert(c.tensor(i), common), c.out().dims, t);
+  if (c.is_tensor(i) && c.tensor(i).rank() > 0) {
+    ElementType common = ResultType(c, {0, 1}), dtype = c.tensor(i).dtype();
+    if (common != t && dtype != common && dtype != ElementType::kBool) {
+      return Coerce(c.e, c.e.Convert(c.tensor(i), common), c.out().dims, t);
+    }
+  }
+  return Coerce(c.e, c.scalar(i, t), c.out().dims, t);
 }
 
 }  // namespace torch_pjrt::lowering

@@ -16,11 +16,11 @@ ElementType Opmath(ElementType t);
 // over 0-d tensors, which win over Python numbers, within a category).
 ElementType ResultType(const LowerCtx& c, std::initializer_list<size_t> arg_indices);
 
-// Argument i of a binary op over arguments 0 and 1 as TensorIterator reads a dimensioned tensor:
-// cast to the op's common dtype before the compute type `t` (an int64 9e18 beside float16 is inf
-// there, not float32's 9e18). An invalid Val where that is a plain conversion: 0-d tensors and
-// Python numbers (CPU scalars, which the arithmetic kernels read in the compute type directly),
-// inputs of the common dtype, bools.
+// Argument i of a binary op over arguments 0 and 1 in the compute type `t`, as TensorIterator
+// reads it: a dimensioned tensor is cast to the op's common dtype first (an int64 9e18 beside
+// float16 is inf there, not float32's 9e18). 0-d tensors and Python numbers (CPU scalars, which
+// the arithmetic kernels read in the compute type directly), inputs of the common dtype and bools
+// are converted to `t` directly.
 Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t);
 
 // Wraps a negative dim; rank 0 tensors accept dims 0 and -1.

@@ -123,8 +123,6 @@ Val FloorDivInt(Emitter& e, const Val& a, const Val& b) {
 std::vector<Val> LowerFloorDivide(LowerCtx& c) {  // floor_divide(self, other)
   ElementType t = Compute(c);
   Val a = ThroughCommonDtype(c, 0, t), b = ThroughCommonDtype(c, 1, t);
-  if (!a.valid()) a = In(c, 0, t);
-  if (!b.valid()) b = In(c, 1, t);
   return {Done(c, IsFloating(t) ? FloorDivFloat(c.e, a, b) : FloorDivInt(c.e, a, b))};
 }
 
