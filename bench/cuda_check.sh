@@ -8,6 +8,8 @@
 #                 bench/cuda_autoload_check.py only: torch_pjrt installed beside torch's own CUDA
 #   (device tool) run "bash bench/cuda_check.sh gpt", carry [".devcheck"]   # the build and the GPT
 #                 example lazy and compiled on pjrt, and eager and inductor on torch's CUDA
+#   (device tool) run "bash bench/cuda_check.sh smoke", carry [".devcheck"]   # the shortest regression
+#                 check (~5 min): the build, the smoke checks, the GPT example on pjrt and its CPU curve
 #
 # `run` builds the extension in place against the machine's torch with two stand-ins for what
 # torch 2.11 lacks (torch.accelerator.Graph: no device graphs; c10d::PreMulSumSupplement is
@@ -32,7 +34,7 @@ prepare)
   printf '[torch.backends]\ntorch_pjrt = _torch_pjrt_autoload:autoload\n\n[torch_dynamo_backends]\npjrt = torch_pjrt.dynamo:pjrt_backend\n\n[torch_pjrt.plugins]\ncuda = torch_pjrt.backends.cuda:CudaPlugin\n' \
     > .devcheck/fake/torch_pjrt_devcheck-0.1.dist-info/entry_points.txt
   echo "prepared .devcheck/" ;;
-run|autoload|gpt)
+run|autoload|gpt|smoke)
   if [ -d .venv ]; then  # the lent machine's copy carries no .venv; a developer's checkout has one
     echo "run edits sources in place (the stand-ins below): run it on the lent GPU machine's copy" >&2; exit 2
   fi
@@ -45,20 +47,20 @@ run|autoload|gpt)
     torch_pjrt/device_module.py
   python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__)"; nvidia-smi -L
   MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { grep error: "$OUT/build.log" | head; exit 1; }
-  [ "$1" = gpt ] || timeout 240 python3 bench/cuda_autoload_check.py
+  [ "$1" = gpt ] || [ "$1" = smoke ] || timeout 240 python3 bench/cuda_autoload_check.py
   [ "$1" = autoload ] && exit 0
+  [ "$1" = gpt ] || timeout 300 python3 bench/cuda_smoke.py
   if [ "$1" = run ]; then
-    timeout 300 python3 bench/cuda_smoke.py
     gpt "torch CUDA, torch_pjrt not imported" "" cuda
     gpt "torch CUDA, torch_pjrt imported (an explained error expected)" ", torch_pjrt" cuda
   fi
   gpt "pjrt on the cuda sub-plugin" ", torch_pjrt" pjrt
-  gpt "pjrt on the cuda sub-plugin, torch.compile(backend='pjrt')" ", torch_pjrt" pjrt --compile
+  [ "$1" = smoke ] || gpt "pjrt on the cuda sub-plugin, torch.compile(backend='pjrt')" ", torch_pjrt" pjrt --compile
   [ "$1" = gpt ] && gpt "torch CUDA eager" "" cuda && gpt "torch CUDA, torch.compile (inductor)" "" cuda --compile
   [ "$1" = gpt ] && exit 0
   echo "== examples/gpt.py --compare-cpu"
   timeout 200 python3 -c "import sys, runpy, torch, torch_pjrt
 sys.argv = ['gpt.py', '--compare-cpu', '--steps', '20']
 runpy.run_path('examples/gpt.py', run_name='__main__')" 2>&1 | grep -E "largest|Error" ;;
-*) echo "usage: $0 prepare|run|autoload|gpt" >&2; exit 2 ;;
+*) echo "usage: $0 prepare|run|autoload|gpt|smoke" >&2; exit 2 ;;
 esac
