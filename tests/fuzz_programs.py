@@ -5,7 +5,8 @@ NaN, infinities, signed zeros, large and extreme integer values, in contiguous, 
 offset or expanded layouts, 0-d and 0-size shapes included), then 1-6 ops: elementwise math with
 broadcasting and Python scalars, reductions and scans, views (slicing, transpose, permute, expand,
 view/reshape, select, narrow, unsqueeze, diagonal), in-place updates (add_, mul_, clamp_, copy_,
-fill_, zero_, indexed assignment with in-range indices, writes into views) and out= writes. The
+fill_, zero_, indexed assignment with in-range indices, writes into views), out= writes and
+gradients (torch.autograd.grad of one or two differentiable ops on a float leaf). The
 generator runs each line on CPU as it writes it, so it knows the shapes and dtypes it works with;
 a line that raises on CPU ends the program.
 
@@ -147,6 +148,16 @@ SCALAR_OPS = ["+", "-", "*", "/", "**", "==", "<", ">=", "//", "%"]
 REDUCTIONS = ["sum", "mean", "amax", "amin", "prod", "var", "std", "logsumexp", "any", "all", "argmax", "argmin",
               "max", "min", "cumsum", "softmax", "log_softmax", "norm", "nansum_like"]
 SCALARS = [0, 1, -1, 2, 3, -2, 0.5, -0.0, 2.5, 1e4, NAN, INF, -INF, True, False, 100, -7]
+# Gradients (the grad kind): differentiable ops whose backward formulas run as lowered ops.
+GRAD_UNARY = ["neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "reciprocal", "rsqrt", "expm1",
+              "log1p", "log2", "erf", "atan", "asinh", "relu", "square", "exp2", "sinh", "cosh", "erfinv", "asin",
+              "acos", "atanh", "acosh", "lgamma", "digamma", "sign", "floor", "frac", "trunc", "nan_to_num",
+              "logit", "sinc", "erfc", "deg2rad", "log10", "tan"]
+GRAD_BINARY = ["add", "sub", "mul", "div", "pow", "atan2", "maximum", "minimum", "hypot", "xlogy", "fmax", "fmin",
+               "copysign", "logaddexp", "logaddexp2", "remainder", "fmod"]
+GRAD_REDUCTIONS = ["sum", "mean", "amax", "amin", "prod", "var", "std", "logsumexp", "norm", "softmax",
+                   "log_softmax", "cumsum", "cumprod", "logcumsumexp", "max", "min", "sort", "cummax", "nansum"]
+GRAD_WEIGHTS = [1.0, -1.0, 0.5, 2.0, -0.25, 0.0, 3.0, -2.0]
 
 
 class KnownGap(Exception):
@@ -245,7 +256,7 @@ class Gen:
     def one_op(self):
         kind = self.d.choice(["unary", "unary", "act", "binary", "binary", "scalar", "reduce", "reduce", "view",
                               "view", "view", "inplace", "inplace", "setitem", "out", "where", "cat", "cast",
-                              "index", "matmul", "clone", "more", "order"])
+                              "index", "matmul", "clone", "more", "order", "grad", "grad"])
         return getattr(self, "op_" + kind)()
 
     def op_unary(self):
@@ -659,6 +670,95 @@ class Gen:
         fn = "torch.mm" if t.dim() == 2 and self.d.int(0, 1) else "torch.matmul"
         return self.emit(f"{n} = {fn}({a}, {w})")
 
+    def op_grad(self):
+        """A gradient: a float32/float64 leaf made from a variable, one or two differentiable ops on
+        it (other variables may take part), and torch.autograd.grad of the result with random
+        weights (a plain sum would hide permutation errors). The leaf stays a variable, so later
+        ops may use it (in place on it raises on CPU, and must on pjrt)."""
+        x = self.var(lambda t: t.dtype in (torch.float32, torch.float64))
+        t = self.t(x)
+        if t.dtype not in (torch.float32, torch.float64):
+            x = f"{x}.float()" if t.dtype != torch.float64 else x
+        leaf = self.new()
+        if not self.emit(f"{leaf} = {x}.detach().requires_grad_()"):
+            return False
+        expr = self.grad_expr(leaf)
+        if self.d.int(0, 2) == 0:
+            expr = self.grad_expr(f"({expr})")
+        try:  # the result's shape and dtype, for the weights (a line that raises keeps any weights)
+            with quiet():
+                y = eval(expr, dict(self.ns))
+        except Exception:  # noqa: BLE001 - the grad line raises on CPU: pjrt must raise the same type
+            y = self.t(leaf)
+        if not isinstance(y, torch.Tensor) or not y.is_floating_point():
+            y = self.t(leaf)
+        w = [self.d.choice(GRAD_WEIGHTS) for _ in range(y.numel())]
+        weights = f"mk([{', '.join(fmt(v) for v in w)}], {tuple(y.shape)}, {dtype_str(y)}, 'c', dev)"
+        return self.emit(f"{self.new()} = torch.autograd.grad({expr}, {leaf}, {weights}, allow_unused=True)[0]")
+
+    def grad_expr(self, x):
+        """One differentiable op on the expression `x` (its CPU value tells shapes)."""
+        try:
+            with quiet():
+                t = eval(x, dict(self.ns))
+        except Exception:  # noqa: BLE001 - `x` raises on CPU: the grad line will
+            return x
+        other = lambda: self.var(lambda u: u.is_floating_point())  # noqa: E731
+        d = self.dim(t)
+        k = self.d.choice(["unary", "unary", "act", "binary", "binary", "scalar", "reduce", "reduce", "where",
+                           "ternary", "index", "matmul", "nn"])
+        if k == "unary":
+            return f"torch.{self.d.choice(GRAD_UNARY)}({x})"
+        if k == "act":
+            return self.d.choice(ACTIVATIONS).format(x=x)
+        if k == "binary":
+            a, b = (x, other()) if self.d.int(0, 1) else (other(), x)
+            return f"torch.{self.d.choice(GRAD_BINARY)}({a}, {b})"
+        if k == "scalar":
+            s = fmt(self.d.choice([2, 3, 0.5, -1, 2.5, 0, -0.5, 1e4]))
+            return self.d.choice([f"{x} ** {s}", f"{s} ** {x}", f"{x} * {s}", f"{x} / {s}", f"{s} / {x}",
+                                  f"{x} - {s}"])
+        if k == "where":
+            return f"torch.where({other()} > 0, {x}, {other()})"
+        if k == "ternary":
+            lo, hi = self.d.choice([(fmt(-1.0), fmt(2.0)), (other(), "None"), ("None", other()), (other(), other())])
+            return self.d.choice([f"torch.clamp({x}, {lo}, {hi})", f"torch.lerp({x}, {other()}, 0.25)",
+                                  f"torch.lerp({other()}, {x}, {other()})", f"torch.addcmul({x}, {other()}, {x})",
+                                  f"torch.addcdiv({other()}, {x}, {other()}, value=0.5)"])
+        if k == "reduce":
+            r = self.d.choice(GRAD_REDUCTIONS)
+            if r in ("max", "min"):
+                return f"{x}.{r}({d}).values" if t.dim() else f"{x}.{r}()"
+            if r == "sort":
+                return f"torch.sort({x}, dim={d}, descending={self.d.choice([True, False])}, stable=True).values"
+            if r == "cummax":
+                return f"torch.cummax({x}, {d}).values"
+            if r in ("softmax", "log_softmax", "cumsum", "cumprod", "logcumsumexp", "logsumexp"):
+                return f"torch.{r}({x}, {d})"
+            if r in ("var", "std"):
+                return f"{x}.{r}({d}, correction={self.d.choice([0, 1])})"
+            if r == "norm":
+                p = self.d.choice(["2", "1", "3", "float('inf')", "0.5"])
+                return f"torch.linalg.vector_norm({x}, {p}, {self.d.choice([d, None])})"
+            return f"{x}.{r}({self.d.choice([d, '()'])})" if r != "prod" else f"{x}.prod({d})"
+        if k == "index" and t.dim() and t.shape[d] > 0:
+            idx = [self.d.int(0, t.shape[d] - 1) for _ in range(self.d.int(1, 4))]
+            return self.d.choice([f"{x}.index_select({d}, torch.tensor({idx}, device=dev))", f"{x}.flip({d})",
+                                  f"{x}.roll(1, {d})", f"{x}.transpose(0, {d}) * 1", f"{x}.narrow({d}, 0, 1)",
+                                  f"{x}.repeat_interleave(2, {d})", f"{x}[..., ::2]",
+                                  f"{x}.unsqueeze(0).expand(2, *{x}.shape) * 1"])
+        if k == "matmul" and t.dim() >= 1:
+            n = t.shape[-1]
+            w = [self.d.choice(GRAD_WEIGHTS) for _ in range(n * 2)]
+            return f"{x} @ mk([{', '.join(fmt(v) for v in w)}], ({n}, 2), {dtype_str(t)}, 't', dev)"
+        if k == "nn" and t.dim() >= 1:
+            return self.d.choice([f"F.layer_norm({x}, {x}.shape[-1:])", f"F.normalize({x}, dim={d})",
+                                  f"F.mse_loss({x}, {other()})", f"F.smooth_l1_loss({x}, {other()})",
+                                  f"F.binary_cross_entropy_with_logits({x}, {other()}.sigmoid())",
+                                  f"F.pad({x}, (1, 2))", f"F.huber_loss({x}, {other()}, delta=0.5)",
+                                  f"F.log_softmax({x}, {d}).exp()"])
+        return f"torch.tanh({x})"
+
     def op_clone(self):
         x = self.var()
         # No .contiguous() (clone(memory_format=contiguous_format)), and clone() only of contiguous
@@ -701,6 +801,19 @@ def flushed(t):
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         return t
     return torch.where(t.abs() < torch.finfo(t.dtype).tiny, t * 0, t)
+
+
+@contextlib.contextmanager
+def flushing_denormals(on):
+    """CPU eager with FTZ/DAZ set (torch.set_flush_denormal) while `on`."""
+    if not on:
+        yield
+        return
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
 
 
 @contextlib.contextmanager
@@ -783,7 +896,8 @@ def explained_by_inputs(program, dev_t, name):
     - for half types, in float32 and rounded once (pjrt's opmath; CPU eager rounds intermediates to
       the half type in some kernels: bfloat16 logsumexp([0, -3]) is 0.0459 there, 0.0486 exact);
     - with subnormal floats read and written as zero, where the plugin declares
-      `flushes_denormals` (fmod(0, 3.7e-44) is then NaN);
+      `flushes_denormals` (fmod(0, 3.7e-44) is then NaN), also inside the line's kernels (CPU
+      eager under torch.set_flush_denormal: a gradient's intermediate 0.5 ** 126 * log(0.5));
     - for sums, within ulps of the sum of the magnitudes (the rounding of a sum depends on its
       order, and XLA's and CPU eager's orders differ).
     The inputs are pjrt's final values if nothing is written in place after the line, else CPU's
@@ -810,13 +924,15 @@ def explained_by_inputs(program, dev_t, name):
         if any(v not in dev_t for v in names):
             return False
         inputs = {v: dev_t[v].cpu() for v in names}
-    for upcast, flush in ((False, False), (True, False), (False, flushes_denormals())):
+    ftz = flushes_denormals()
+    for upcast, flush, flush_within in ((False, False, False), (True, False, False), (False, ftz, False),
+                                        (False, ftz, ftz)):
         ns = namespace("cpu")
         for v, value in inputs.items():
             value = flushed(value) if flush else value
             ns[v] = value.float() if upcast and value.dtype in (torch.float16, torch.bfloat16) else value
         try:
-            with quiet():
+            with quiet(), flushing_denormals(flush_within):
                 exec(line, ns)
             result = ns[name].to(dev_t[name].dtype)
             compare(name, dev_t[name], flushed(result) if flush else result, line, strides=False)

@@ -112,6 +112,16 @@ constexpr char kSort[] = "aten::sort", kStable[] = "stable", kNone[] = "", kTopk
                kNansum[] = "aten::nansum", kBernoulli[] = "aten::bernoulli",
                kIndexPut[] = "aten::index_put", kIndexPutImpl[] = "aten::_index_put_impl";
 
+// nansum(self, dim=None, keepdim, dtype): complex takes the CPU path (its kernel rejects it), and
+// an empty dim list reduces every dim, as CPU's kernel and sum's Meta kernel do (nansum's Meta kernel
+// reduces none: nansum(x, ()) would keep x's shape).
+void Nansum(Args a, torch::jit::Stack* r) {
+  NotComplex(a[0]);
+  std::vector<c10::IValue> args(a.begin(), a.end());
+  if (args.size() > 1 && args[1].isIntList() && args[1].toDimVector().empty()) args[1] = c10::IValue();
+  RunMeta(kNansum, kNone, args, r);
+}
+
 }  // namespace
 
 MetaOverride FindMetaGuard(const std::string& name) {
@@ -157,9 +167,8 @@ MetaOverride FindMetaGuard(const std::string& name) {
       {"aten::histc.out", &FloatingOnly<kHistc, false>},
       {"aten::logcumsumexp", &FloatingOnly<kLogcumsumexp, true>},
       {"aten::logcumsumexp.out", &FloatingOnly<kLogcumsumexp, true>},
-      // nansum: CPU rejects complex inputs (not an ordering op, but the same check).
-      {"aten::nansum", &Ordered<kNansum, kNone, 0>},
-      {"aten::nansum.out", &Ordered<kNansum, kNone, 0>},
+      {"aten::nansum", &Nansum},
+      {"aten::nansum.out", &Nansum},
       {"aten::bernoulli.Tensor", &ProbabilitiesExpandToSelf<kBernoulli, kTensor>},
       {"aten::index_put", &IndexPutGuard<kIndexPut, kNone>},
       {"aten::_index_put_impl", &IndexPutGuard<kIndexPutImpl, kNone>},
