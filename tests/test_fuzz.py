@@ -129,6 +129,10 @@ REGRESSIONS = {
         on(dev, torch.tensor([-100, -1000, 5, -32768], dtype=torch.int16))).clamp(max=0),
     "heaviside_mixed_dtypes": lambda dev: torch.heaviside(on(dev, torch.tensor([1.5, 0.0])),
                                                           on(dev, torch.tensor([1, 2]))),
+    # hardswish's gradient at NaN is the incoming gradient in CPU's kernels (seed 1303516).
+    "hardswish_backward_nan": lambda dev: torch.ops.aten.hardswish_backward(
+        on(dev, torch.tensor([2.0, -1.0, 2.0, 2.0, 2.0])),
+        on(dev, torch.tensor([float("nan"), -3.0, 3.0, 1.5, float("-inf")]))),
     # nansum over an empty dim list kept the input's shape (torch's Meta kernel) where CPU reduces
     # every dim (seed 1300522).
     "nansum_empty_dims": lambda dev: [torch.nansum(on(dev, torch.tensor([[1.0, float("nan"), 3.0]])), (), **kw)

@@ -63,6 +63,26 @@ def test_unary_and_reduction_ops_have_cpu_dtypes_and_strides(name, layout):
     _check_like_cpu(UNARY[name], _layouts()[layout][:1])
 
 
+# Activation backwards (grad_output, self): CPU's kernels lay the result out after grad_output where
+# the two layouts differ (TensorIterator), as the C++ Meta kernels and aten/meta_overrides.cc do;
+# torch's Python Meta kernels for hardtanh/hardswish follow self.
+BACKWARD = {
+    "hardtanh": lambda g, x: torch.ops.aten.hardtanh_backward(g, x, -0.5, 0.5),
+    "hardswish": torch.ops.aten.hardswish_backward, "logit": torch.ops.aten.logit_backward,
+    "hardsigmoid": torch.ops.aten.hardsigmoid_backward, "sigmoid": torch.ops.aten.sigmoid_backward,
+    "threshold": lambda g, x: torch.ops.aten.threshold_backward(g, x, 0.0),
+}
+
+
+@pytest.mark.parametrize("grad_layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("name", list(BACKWARD))
+def test_activation_backwards_have_cpu_strides(name, grad_layout):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(3, 4, generator=g)
+    b = torch.randn(4, 3, generator=g).t()
+    _check_like_cpu(BACKWARD[name], (a, b) if grad_layout == "contiguous" else (b, a))
+
+
 @pytest.mark.parametrize("case", ["int_true_div", "int_float_scalar", "bool_add", "int_pow_float", "cmp_mixed"])
 def test_type_promotion_matches_cpu(case):
     i = torch.arange(-3, 3)

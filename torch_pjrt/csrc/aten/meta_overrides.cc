@@ -6,6 +6,7 @@
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/_upsample_bicubic2d_aa.h>
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/native_layer_norm.h>
@@ -116,6 +117,15 @@ void ShiftScalarMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   TORCH_CHECK(at::isIntegralType(t, /*includeBool=*/false), "shift: Expected input tensor to have an integral dtype. Got ",
               self.scalar_type());
   results->push_back(at::empty_like(self, self.options().dtype(t)));
+}
+
+// hardtanh_backward(grad_output, self, min, max), hardswish_backward(grad_output, self): CPU's
+// kernels are TensorIterator binary ops over (grad_output, self), which lay the result out after
+// grad_output where the two differ; torch's Python Meta kernels (torch.where) follow self.
+void BinaryIteratorMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  at::Tensor out;
+  auto iter = at::TensorIterator::borrowing_binary_op(out, a[0].toTensor(), a[1].toTensor());
+  results->push_back(iter.output());
 }
 
 // Backward ops without a Meta kernel in torch whose gradient has self's shape and dtype (self is
@@ -234,6 +244,8 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::_fused_adagrad", &UpdatedListsMeta<4>},
       {"aten::__lshift__.Scalar", &ShiftScalarMeta},
       {"aten::__rshift__.Scalar", &ShiftScalarMeta},
+      {"aten::hardtanh_backward", &BinaryIteratorMeta},
+      {"aten::hardswish_backward", &BinaryIteratorMeta},
       {"aten::fractional_max_pool3d_backward", &GradientLikeSelfMeta},
       {"aten::multi_margin_loss_backward", &GradientLikeSelfMeta},
       {"aten::multilabel_margin_loss_backward", &GradientLikeSelfMeta},

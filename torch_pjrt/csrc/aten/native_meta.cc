@@ -263,6 +263,8 @@
 #include <ATen/ops/smooth_l1_loss_ops.h>
 #include <ATen/ops/softplus_backward_meta_dispatch.h>
 #include <ATen/ops/softplus_backward_ops.h>
+#include <ATen/ops/logit_backward_meta_dispatch.h>
+#include <ATen/ops/logit_backward_ops.h>
 #include <ATen/ops/softplus_meta_dispatch.h>
 #include <ATen/ops/softplus_ops.h>
 #include <ATen/ops/softshrink_meta_dispatch.h>
@@ -475,6 +477,7 @@ const std::unordered_map<std::string, MetaOverride>& Table() {
       Native<at::_ops::elu_backward, &at::meta::elu_backward>(),
       Native<at::_ops::softplus, &at::meta::softplus>(),
       Native<at::_ops::softplus_backward, &at::meta::softplus_backward>(),
+      Native<at::_ops::logit_backward, &at::meta::logit_backward>(),
       Native<at::_ops::mish, &at::meta::mish>(),
       Native<at::_ops::hardsigmoid, &at::meta::hardsigmoid>(),
       Native<at::_ops::hardsigmoid_backward, &at::meta::hardsigmoid_backward>(),

@@ -655,10 +655,10 @@ std::vector<Val> LowerHardsigmoidBackward(LowerCtx& c) {  // (grad, self)
 std::vector<Val> LowerHardswishBackward(LowerCtx& c) {  // (grad, self)
   ElementType t = Compute(c);
   Val g = In(c, 0, t), x = In(c, 1, t);
-  // torch: 0 for x <= -3, g for x >= 3, g * (x / 3 + 0.5) between (and for NaN, like its
-  // vectorized kernel).
+  // torch: 0 for x <= -3, g * (x / 3 + 0.5) for -3 < x < 3, g otherwise (x >= 3 and NaN, in
+  // both its scalar and vectorized kernels).
   Val mid = Mul(c.e, g, Add(c.e, Div(c.e, x, Divisor(c, 3, t)), K(c, 0.5, t)));
-  Val r = c.e.Select(c.e.Compare("GE", x, K(c, 3, t)), g, mid);
+  Val r = c.e.Select(c.e.Compare("LT", x, K(c, 3, t)), mid, g);
   return {Done(c, c.e.Select(c.e.Compare("LE", x, K(c, -3, t)), K(c, 0, t), r))};
 }
 
