@@ -5,7 +5,8 @@ NaN, infinities, signed zeros, large and extreme integer values, in contiguous, 
 offset or expanded layouts, 0-d and 0-size shapes included), then 1-6 ops: elementwise math with
 broadcasting and Python scalars, reductions and scans, views (slicing, transpose, permute, expand,
 view/reshape, select, narrow, unsqueeze, diagonal), in-place updates (add_, mul_, clamp_, copy_,
-fill_, zero_, indexed assignment with in-range indices, writes into views), out= writes and
+fill_, zero_, indexed assignment with in-range indices, writes into views), out= writes,
+torch.nn.functional ops (losses, normalizations, 1-d convolutions, pooling, interpolation) and
 gradients (torch.autograd.grad of one or two differentiable ops on a float leaf). The
 generator runs each line on CPU as it writes it, so it knows the shapes and dtypes it works with;
 a line that raises on CPU ends the program.
@@ -256,7 +257,7 @@ class Gen:
     def one_op(self):
         kind = self.d.choice(["unary", "unary", "act", "binary", "binary", "scalar", "reduce", "reduce", "view",
                               "view", "view", "inplace", "inplace", "setitem", "out", "where", "cat", "cast",
-                              "index", "matmul", "clone", "more", "order", "grad", "grad"])
+                              "index", "matmul", "clone", "more", "order", "grad", "grad", "nn"])
         return getattr(self, "op_" + kind)()
 
     def op_unary(self):
@@ -752,12 +753,52 @@ class Gen:
             w = [self.d.choice(GRAD_WEIGHTS) for _ in range(n * 2)]
             return f"{x} @ mk([{', '.join(fmt(v) for v in w)}], ({n}, 2), {dtype_str(t)}, 't', dev)"
         if k == "nn" and t.dim() >= 1:
-            return self.d.choice([f"F.layer_norm({x}, {x}.shape[-1:])", f"F.normalize({x}, dim={d})",
-                                  f"F.mse_loss({x}, {other()})", f"F.smooth_l1_loss({x}, {other()})",
-                                  f"F.binary_cross_entropy_with_logits({x}, {other()}.sigmoid())",
-                                  f"F.pad({x}, (1, 2))", f"F.huber_loss({x}, {other()}, delta=0.5)",
-                                  f"F.log_softmax({x}, {d}).exp()"])
+            return self.nn_expr(x, t, other)
         return f"torch.tanh({x})"
+
+    def nn_expr(self, x, t, other):
+        """A torch.nn.functional op on the float expression `x` (value `t`, at least 1-d): losses,
+        normalizations, and where `t` is [N, C, L] convolutions, pooling and interpolation."""
+        d = self.dim(t)
+        n = t.shape[-1]
+        exprs = [f"F.layer_norm({x}, {x}.shape[-1:])", f"F.normalize({x}, dim={d})", f"F.mse_loss({x}, {other()})",
+                 f"F.smooth_l1_loss({x}, {other()})", f"F.binary_cross_entropy_with_logits({x}, {other()}.sigmoid())",
+                 f"F.pad({x}, (1, 2))", f"F.huber_loss({x}, {other()}, delta=0.5)", f"F.log_softmax({x}, {d}).exp()",
+                 f"F.softmin({x}, {d})", f"F.logsigmoid({x})", f"F.softsign({x})", f"F.tanhshrink({x})",
+                 f"F.celu({x}, 0.5)", f"F.relu6({x})", f"F.softshrink({x}, 0.5)", f"F.hardshrink({x}, 0.5)",
+                 f"F.threshold({x}, 0.5, -2.0)", f"F.rrelu({x}, training=False)",
+                 f"F.kl_div({x}, {other()}, reduction='batchmean', log_target=True)",
+                 f"F.cosine_similarity({x}, {other()}, dim={d})", f"F.l1_loss({x}, {other()}, reduction='sum')",
+                 f"F.soft_margin_loss({x}, {other()}.sign())"]
+        if t.dim() >= 2 and n > 0:
+            targets = [self.d.int(0, n - 1) for _ in range(t.shape[0])]
+            exprs += [f"F.cross_entropy({x}.flatten(1, -1)[:, :{n}], torch.tensor({targets}, device=dev), "
+                      f"label_smoothing={self.d.choice([0.0, 0.1])})",
+                      f"F.nll_loss({x}.flatten(1, -1)[:, :{n}], torch.tensor({targets}, device=dev))",
+                      f"F.group_norm({x}, 1)", f"F.prelu({x}, mk([0.25], (1,), {dtype_str(t)}, 'c', dev))"]
+            if t.shape[0] > 1 or t.dim() > 2:
+                exprs.append(f"F.batch_norm({x}, None, None, training=True)")
+        if t.dim() == 3 and n > 0:
+            c = t.shape[1]
+            k = self.d.int(1, n)
+            w = [self.d.choice(GRAD_WEIGHTS) for _ in range(2 * c * k)]
+            weight = f"mk([{', '.join(fmt(v) for v in w)}], (2, {c}, {k}), {dtype_str(t)}, 'c', dev)"
+            exprs += [f"F.conv1d({x}, {weight}, padding={self.d.int(0, k - 1)}, stride={self.d.int(1, 2)})",
+                      f"F.avg_pool1d({x}, {k}, stride={self.d.int(1, 2)})",
+                      f"F.max_pool1d({x}, {k}, stride={self.d.int(1, 2)})",
+                      f"F.adaptive_avg_pool1d({x}, {self.d.int(1, 3)})",
+                      f"F.interpolate({x}, scale_factor=2, mode={self.d.choice(['nearest', 'linear'])!r})",
+                      f"F.instance_norm({x})"]
+        return self.d.choice(exprs)
+
+    def op_nn(self):
+        """A torch.nn.functional op, forward only (the grad kind takes the same ops' gradients)."""
+        x = self.var(lambda t: t.is_floating_point() and t.dim() >= 1)
+        t = self.t(x)
+        if not t.is_floating_point() or t.dim() == 0:
+            raise KnownGap()  # no float tensor of rank >= 1 yet: draw another op
+        other = lambda: self.var(lambda u: u.is_floating_point())  # noqa: E731
+        return self.emit(f"{self.new()} = {self.nn_expr(x, t, other)}")
 
     def op_clone(self):
         x = self.var()
