@@ -10,6 +10,11 @@
 #                 example lazy and compiled on pjrt, and eager and inductor on torch's CUDA
 #   (device tool) run "bash bench/cuda_check.sh smoke", carry [".devcheck"]   # the shortest regression
 #                 check (~5 min): the build, the smoke checks, the GPT example on pjrt and its CPU curve
+#   (device tool) run "bash bench/cuda_check.sh fuzz", carry [".devcheck"]   # the build, then the
+#                 differential fuzzer (tests/fuzz_sweep.py: FUZZ_N programs from seed FUZZ_START, for
+#                 at most FUZZ_SECONDS) on the cuda sub-plugin with float32 matmuls at "highest" (the
+#                 plugin's "high" is TF32, which the fuzzer's float32 tolerance does not allow); its
+#                 report comes back as fuzz_cuda.md
 #
 # `run` builds the extension in place against the machine's torch with two stand-ins for what
 # torch 2.11 lacks (torch.accelerator.Graph: no device graphs; c10d::PreMulSumSupplement is
@@ -34,7 +39,7 @@ prepare)
   printf '[torch.backends]\ntorch_pjrt = _torch_pjrt_autoload:autoload\n\n[torch_dynamo_backends]\npjrt = torch_pjrt.dynamo:pjrt_backend\n\n[torch_pjrt.plugins]\ncuda = torch_pjrt.backends.cuda:CudaPlugin\n' \
     > .devcheck/fake/torch_pjrt_devcheck-0.1.dist-info/entry_points.txt
   echo "prepared .devcheck/" ;;
-run|autoload|gpt|smoke)
+run|autoload|gpt|smoke|fuzz)
   if [ -d .venv ]; then  # the lent machine's copy carries no .venv; a developer's checkout has one
     echo "run edits sources in place (the stand-ins below): run it on the lent GPU machine's copy" >&2; exit 2
   fi
@@ -47,6 +52,13 @@ run|autoload|gpt|smoke)
     torch_pjrt/device_module.py
   python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__)"; nvidia-smi -L
   MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { grep error: "$OUT/build.log" | head; exit 1; }
+  if [ "$1" = fuzz ]; then
+    python3 -c "import runpy, sys, torch_pjrt.backends.cuda as cuda
+cuda.CudaPlugin.default_matmul_precision = 'highest'
+sys.argv = ['fuzz_sweep.py', '--programs', '${FUZZ_N:-1500}', '--start', '${FUZZ_START:-0}', '--out', '$OUT/fuzz_cuda.md', '--seconds', '${FUZZ_SECONDS:-300}', '--progress', '100']
+runpy.run_path('tests/fuzz_sweep.py', run_name='__main__')" 2>&1 | grep -v Warning | tail -5
+    exit 0
+  fi
   [ "$1" = gpt ] || [ "$1" = smoke ] || timeout 240 python3 bench/cuda_autoload_check.py
   [ "$1" = autoload ] && exit 0
   [ "$1" = gpt ] || timeout 300 python3 bench/cuda_smoke.py
@@ -62,5 +74,5 @@ run|autoload|gpt|smoke)
   timeout 200 python3 -c "import sys, runpy, torch, torch_pjrt
 sys.argv = ['gpt.py', '--compare-cpu', '--steps', '20']
 runpy.run_path('examples/gpt.py', run_name='__main__')" 2>&1 | grep -E "largest|Error" ;;
-*) echo "usage: $0 prepare|run|autoload|gpt|smoke" >&2; exit 2 ;;
+*) echo "usage: $0 prepare|run|autoload|gpt|smoke|fuzz" >&2; exit 2 ;;
 esac

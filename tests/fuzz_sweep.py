@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--start", type=int, default=0, help="first seed")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "docs", "fuzz.md"))
     ap.add_argument("--progress", type=int, default=500, help="print a line every N programs")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="stop after this long; the report covers the programs run (for a lent machine's time)")
     args = ap.parse_args()
     torch.pjrt.set_fallback_warnings(False)
 
@@ -63,6 +65,9 @@ def main():
         if args.progress and (k + 1) % args.progress == 0:
             print(f"{k + 1} programs, {clean} clean, {raised} raised alike, {len(failures)} failed, "
                   f"{time.time() - t0:.0f} s", flush=True)
+        if args.seconds is not None and time.time() - t0 > args.seconds:
+            args.programs = k + 1
+            break
     elapsed = time.time() - t0
     write_report(args, clean, raised, failures, gaps, cpu_errors, lines, elapsed)
     print(f"done: {args.programs} programs, {clean} clean, {raised} raised alike, {len(failures)} failed; "
