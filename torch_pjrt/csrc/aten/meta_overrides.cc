@@ -2,11 +2,11 @@
 
 #include "aten/meta_guards.h"
 
+#include <ATen/TensorIterator.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/_upsample_bicubic2d_aa.h>
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
-#include <ATen/TensorIterator.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/native_layer_norm.h>

@@ -185,6 +185,8 @@
 #include <ATen/ops/logaddexp2_ops.h>
 #include <ATen/ops/logaddexp_meta_dispatch.h>
 #include <ATen/ops/logaddexp_ops.h>
+#include <ATen/ops/logit_backward_meta_dispatch.h>
+#include <ATen/ops/logit_backward_ops.h>
 #include <ATen/ops/lt_meta_dispatch.h>
 #include <ATen/ops/lt_ops.h>
 #include <ATen/ops/max_meta_dispatch.h>
@@ -263,8 +265,6 @@
 #include <ATen/ops/smooth_l1_loss_ops.h>
 #include <ATen/ops/softplus_backward_meta_dispatch.h>
 #include <ATen/ops/softplus_backward_ops.h>
-#include <ATen/ops/logit_backward_meta_dispatch.h>
-#include <ATen/ops/logit_backward_ops.h>
 #include <ATen/ops/softplus_meta_dispatch.h>
 #include <ATen/ops/softplus_ops.h>
 #include <ATen/ops/softshrink_meta_dispatch.h>
