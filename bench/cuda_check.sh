@@ -29,6 +29,26 @@ gpt() {  # label, extra imports, device, flags: examples/gpt.py at batch 64 x 25
 sys.argv = ['gpt.py', '--device', '$3', '--steps', '25', '--batch', '64', '--context', '256'] + '${4:-}'.split()
 runpy.run_path('examples/gpt.py', run_name='__main__')" 2>&1 | grep -E "^step  2[2-4]|Error" | tail -3
 }
+cuda_fuzz() {  # the fuzzer in segments: a native crash ends one, the next starts after its seed
+  local start=${FUZZ_START:-0} end=$(( ${FUZZ_START:-0} + ${FUZZ_N:-1500} )) deadline=$(( SECONDS + ${FUZZ_SECONDS:-300} ))
+  local segments=0 done_count rc
+  while [ "$start" -lt "$end" ] && [ "$SECONDS" -lt "$deadline" ] && [ "$segments" -lt 3 ]; do
+    segments=$(( segments + 1 ))
+    python3 -X faulthandler -c "import runpy, sys, torch_pjrt.backends.cuda as cuda
+cuda.CudaPlugin.default_matmul_precision = 'highest'
+sys.argv = ['fuzz_sweep.py', '--programs', '$(( end - start ))', '--start', '$start', '--progress', '1',
+            '--seconds', '$(( deadline - SECONDS ))', '--out', '$OUT/fuzz_cuda_$start.md']
+runpy.run_path('tests/fuzz_sweep.py', run_name='__main__')" > "$OUT/fuzz_log_$start.txt" 2>&1
+    rc=$?
+    done_count=$(grep -oE '^[0-9]+ programs' "$OUT/fuzz_log_$start.txt" | tail -1 | cut -d' ' -f1)
+    echo "segment from seed $start: exit status $rc, ${done_count:-0} programs"
+    grep -E "^done:" "$OUT/fuzz_log_$start.txt"
+    [ "$rc" -le 1 ] && break  # 0: no failures, 1: failures (in the segment's report)
+    echo "crashed at seed $(( start + ${done_count:-0} )):"; grep -v Warning "$OUT/fuzz_log_$start.txt" | tail -12
+    start=$(( start + ${done_count:-0} + 1 ))
+  done
+}
+
 case "${1:-}" in
 prepare)
   mkdir -p .devcheck/fake/xla_plugins/xla_cpu_pjrt/include .devcheck/fake/torch_pjrt_devcheck-0.1.dist-info
@@ -53,11 +73,7 @@ run|autoload|gpt|smoke|fuzz)
   python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__)"; nvidia-smi -L
   MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { grep error: "$OUT/build.log" | head; exit 1; }
   if [ "$1" = fuzz ]; then
-    python3 -c "import runpy, sys, torch_pjrt.backends.cuda as cuda
-cuda.CudaPlugin.default_matmul_precision = 'highest'
-sys.argv = ['fuzz_sweep.py', '--programs', '${FUZZ_N:-1500}', '--start', '${FUZZ_START:-0}', '--out', '$OUT/fuzz_cuda.md', '--seconds', '${FUZZ_SECONDS:-300}', '--progress', '100']
-runpy.run_path('tests/fuzz_sweep.py', run_name='__main__')" 2>&1 | grep -v Warning | tail -5
-    exit 0
+    cuda_fuzz; exit 0
   fi
   [ "$1" = gpt ] || [ "$1" = smoke ] || timeout 240 python3 bench/cuda_autoload_check.py
   [ "$1" = autoload ] && exit 0
