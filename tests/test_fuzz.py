@@ -119,6 +119,12 @@ REGRESSIONS = {
                             on(dev, torch.tensor([-1.0, 3.0, 50.0, -50.0, 2.0, 0.5])))),
         torch.log(torch.exp(on(dev, torch.tensor([100.0, -200.0, 0.0, float("nan"), float("inf")])))),
         torch.log(on(dev, torch.tensor([-8.0, 1.0])) ** 0.5)],
+    # ... and where the power is exactly 1: log(pow(1., -inf)) gave NaN (-inf * log 1), as did
+    # pow(0 / inf / NaN, 0) (seed 1408491: xlogy(True, True ** -inf)).
+    "log_of_pow_one": lambda dev: [
+        torch.log(torch.pow(on(dev, torch.tensor([1.0, 1.0, 0.0, float("inf"), float("nan"), -1.0])),
+                            on(dev, torch.tensor([-float("inf"), float("inf"), 0.0, 0.0, 0.0, float("inf")])))),
+        torch.xlogy(on(dev, torch.tensor(True)), on(dev, torch.tensor(True)) ** -float("inf"))],
     # gelu's CDF is 0 and 1 beyond |x| = 5.7 (seed 1006845: gelu(100.) was 99.99998, cast to 99).
     "gelu_saturates": lambda dev: [F.gelu(on(dev, torch.tensor([100.0, 7.5, -7.5, -1e38, 1e38]))),
                                    F.gelu(on(dev, torch.tensor([100.0], dtype=torch.bfloat16))).to(torch.uint8)],

@@ -259,13 +259,16 @@ Val Emitter::RawUnary(std::string_view op, const Val& x) {
 }
 
 // XLA's simplifier rewrites log(pow(a, b)) as b * log(|a|) and log(exp(a)) as a, which holds only
-// where 0 < x < inf: log(pow(-1., -1.)) gave -0.0 for NaN, log(exp(100.)) 100 for inf. The log
-// of x's other values is selected explicitly: -inf at zero, inf at inf, NaN below zero and at NaN.
+// where 0 < x < inf and x != 1: log(pow(-1., -1.)) gave -0.0 for NaN, log(exp(100.)) 100 for inf,
+// and log(pow(1., -inf)) NaN (-inf * 0) for 0. The log of x's other values is selected explicitly:
+// 0 at one (also pow(NaN, 0)), -inf at zero, inf at inf, NaN below zero and at NaN.
 Val Emitter::LogOfFoldable(const Val& x) {
-  Val zero = Full(0, x.type), inf = Full(std::numeric_limits<double>::infinity(), x.type);
-  Val regular = RawBinary("and", Compare("GT", x, zero), Compare("LT", x, inf));
-  Val special = Select(Compare("EQ", x, zero), Full(-std::numeric_limits<double>::infinity(), x.type),
-                       Select(Compare("EQ", x, inf), inf, Full(std::numeric_limits<double>::quiet_NaN(), x.type)));
+  Val zero = Full(0, x.type), one = Full(1, x.type), inf = Full(std::numeric_limits<double>::infinity(), x.type);
+  Val regular = RawBinary("and", RawBinary("and", Compare("GT", x, zero), Compare("LT", x, inf)),
+                          Compare("NE", x, one));
+  Val special = Select(Compare("EQ", x, inf), inf, Full(std::numeric_limits<double>::quiet_NaN(), x.type));
+  special = Select(Compare("EQ", x, zero), Full(-std::numeric_limits<double>::infinity(), x.type), special);
+  special = Select(Compare("EQ", x, one), zero, special);
   return Select(regular, RawUnary("log", x), special);
 }
 
