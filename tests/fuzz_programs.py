@@ -758,7 +758,7 @@ class Gen:
 
     def nn_expr(self, x, t, other):
         """A torch.nn.functional op on the float expression `x` (value `t`, at least 1-d): losses,
-        normalizations, and where `t` is [N, C, L] convolutions, pooling and interpolation."""
+        activations, normalizations, and [N, C, L] convolutions, pooling and interpolation."""
         d = self.dim(t)
         n = t.shape[-1]
         exprs = [f"F.layer_norm({x}, {x}.shape[-1:])", f"F.normalize({x}, dim={d})", f"F.mse_loss({x}, {other()})",
@@ -778,18 +778,26 @@ class Gen:
                       f"F.group_norm({x}, 1)", f"F.prelu({x}, mk([0.25], (1,), {dtype_str(t)}, 'c', dev))"]
             if t.shape[0] > 1 or t.dim() > 2:
                 exprs.append(f"F.batch_norm({x}, None, None, training=True)")
-        if t.dim() == 3 and n > 0:
-            c = t.shape[1]
-            k = self.d.int(1, n)
-            w = [self.d.choice(GRAD_WEIGHTS) for _ in range(2 * c * k)]
-            weight = f"mk([{', '.join(fmt(v) for v in w)}], (2, {c}, {k}), {dtype_str(t)}, 'c', dev)"
-            exprs += [f"F.conv1d({x}, {weight}, padding={self.d.int(0, k - 1)}, stride={self.d.int(1, 2)})",
-                      f"F.avg_pool1d({x}, {k}, stride={self.d.int(1, 2)})",
-                      f"F.max_pool1d({x}, {k}, stride={self.d.int(1, 2)})",
-                      f"F.adaptive_avg_pool1d({x}, {self.d.int(1, 3)})",
-                      f"F.interpolate({x}, scale_factor=2, mode={self.d.choice(['nearest', 'linear'])!r})",
-                      f"F.instance_norm({x})"]
+        if t.numel() > 0 and self.d.int(0, 1 if t.dim() == 3 else 2) == 0:
+            # [N, C, L] ops: half of a 3-d tensor's draws, a third of others', on their elements as
+            # one row (rank-3 tensors are rare)
+            if t.dim() != 3:
+                x, t = f"{x}.reshape(1, 1, -1)", t.reshape(1, 1, -1)
+            return self.spatial_expr(x, t)
         return self.d.choice(exprs)
+
+    def spatial_expr(self, x, t):
+        """A 1-d convolution, pooling, interpolation or instance norm of `x`, [N, C, L] with L > 0."""
+        c, n = t.shape[1], t.shape[-1]
+        k = self.d.int(1, n)
+        w = [self.d.choice(GRAD_WEIGHTS) for _ in range(2 * c * k)]
+        weight = f"mk([{', '.join(fmt(v) for v in w)}], (2, {c}, {k}), {dtype_str(t)}, 'c', dev)"
+        return self.d.choice([f"F.conv1d({x}, {weight}, padding={self.d.int(0, k - 1)}, stride={self.d.int(1, 2)})",
+                              f"F.avg_pool1d({x}, {k}, stride={self.d.int(1, 2)})",
+                              f"F.max_pool1d({x}, {k}, stride={self.d.int(1, 2)})",
+                              f"F.adaptive_avg_pool1d({x}, {self.d.int(1, 3)})",
+                              f"F.interpolate({x}, scale_factor=2, mode={self.d.choice(['nearest', 'linear'])!r})",
+                              f"F.instance_norm({x})"])
 
     def op_nn(self):
         """A torch.nn.functional op, forward only (the grad kind takes the same ops' gradients)."""
