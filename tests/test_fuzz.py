@@ -139,6 +139,11 @@ REGRESSIONS = {
     "hardswish_backward_nan": lambda dev: torch.ops.aten.hardswish_backward(
         on(dev, torch.tensor([2.0, -1.0, 2.0, 2.0, 2.0])),
         on(dev, torch.tensor([float("nan"), -3.0, 3.0, 1.5, float("-inf")]))),
+    # huber_loss has self's dtype, a float64 target included (CPU's kernel writes into a tensor like
+    # self; torch's Meta kernel promoted: seed 1600209).
+    "huber_loss_keeps_self_dtype": lambda dev: [
+        F.huber_loss(on(dev, torch.tensor([[0.5, -3.0, 2.0]])), on(dev, torch.tensor([[1.0], [0.1]], dtype=torch.float64)),
+                     delta=0.5, reduction=r) for r in ("none", "sum")],
     # nansum over an empty dim list kept the input's shape (torch's Meta kernel) where CPU reduces
     # every dim (seed 1300522).
     "nansum_empty_dims": lambda dev: [torch.nansum(on(dev, torch.tensor([[1.0, float("nan"), 3.0]])), (), **kw)

@@ -9,6 +9,7 @@
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/huber_loss.h>
 #include <ATen/ops/native_layer_norm.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/upsample_bicubic2d.h>
@@ -128,6 +129,14 @@ void BinaryIteratorMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results
   results->push_back(iter.output());
 }
 
+// huber_loss(self, target, reduction, delta): CPU's kernel writes into a tensor like self, so the
+// loss has self's dtype (float32 for a float64 target), where torch's Meta kernel promotes.
+void HuberLossMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  const at::Tensor& self = a[0].toTensor();
+  at::Tensor loss = at::huber_loss(self, a[1].toTensor(), a[2].toInt(), a[3].toDouble());
+  results->push_back(loss.to(self.scalar_type()));
+}
+
 // Backward ops without a Meta kernel in torch whose gradient has self's shape and dtype (self is
 // argument 1): fractional_max_pool3d_backward(grad_output, self, ...),
 // multi_margin_loss_backward(grad_output, self, target, ...),
@@ -245,6 +254,7 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::__lshift__.Scalar", &ShiftScalarMeta},
       {"aten::__rshift__.Scalar", &ShiftScalarMeta},
       {"aten::hardtanh_backward", &BinaryIteratorMeta},
+      {"aten::huber_loss", &HuberLossMeta},
       {"aten::hardswish_backward", &BinaryIteratorMeta},
       {"aten::fractional_max_pool3d_backward", &GradientLikeSelfMeta},
       {"aten::multi_margin_loss_backward", &GradientLikeSelfMeta},

@@ -222,15 +222,19 @@ std::vector<Val> LowerSmoothL1Loss(LowerCtx& c) {
 
 // huber_loss(self, target, reduction=1, delta=1.0): 0.5 z^2 below delta, delta (z - delta / 2)
 // above.
+// CPU's kernel writes into a tensor like self: the loss is computed in the common dtype and each
+// element stored in self's (float32 for a float64 target), then reduced.
 std::vector<Val> LowerHuberLoss(LowerCtx& c) {
   Emitter& e = c.e;
-  LossInputs in = Difference(c, 0, 1, BroadcastDims(c, 0, 1));
-  Val z = Abs(e, in.diff);
+  Dims dims = BroadcastDims(c, 0, 1);
+  ElementType t = Opmath(PromoteTypes(c.tensor(0).dtype(), c.tensor(1).dtype()));
+  Val z = Abs(e, Sub(e, ArgAt(c, 0, t, dims), ArgAt(c, 1, t, dims)));
   double delta = c.is_none(3) ? 1.0 : c.double_arg(3);
   Val d = K(e, delta, z);
   Val loss = Sel(e, Cmp(e, "LT", z, d), Mul(e, Mul(e, K(e, 0.5, z), z), z),
                  Mul(e, d, Sub(e, z, K(e, 0.5 * delta, z))));
-  return {ApplyReduction(c, loss, c.int_arg(2, kMean))};
+  loss = e.Convert(loss, c.out().dtype);
+  return {ApplyReduction(c, e.Convert(loss, Opmath(c.out().dtype)), c.int_arg(2, kMean))};
 }
 
 // The backward of both: -norm * g * bound at or below -bound, norm * g * bound at or above it,
