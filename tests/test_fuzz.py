@@ -144,6 +144,25 @@ REGRESSIONS = {
     "huber_loss_keeps_self_dtype": lambda dev: [
         F.huber_loss(on(dev, torch.tensor([[0.5, -3.0, 2.0]])), on(dev, torch.tensor([[1.0], [0.1]], dtype=torch.float64)),
                      delta=0.5, reduction=r) for r in ("none", "sum")],
+    # nll_loss's class targets are checked (an out-of-range target picked nothing: a loss of 0;
+    # seeds 1601196, 1601346), ignore_index exempt; an empty float target raises as on the CPU.
+    "nll_loss_target_out_of_range": lambda dev: F.nll_loss(on(dev, torch.zeros(2, 3)), on(dev, torch.tensor([5, 1]))),
+    "nll_loss_no_classes": lambda dev: F.cross_entropy(on(dev, torch.zeros(2, 0)), on(dev, torch.tensor([0, 0]))),
+    "nll_loss2d_target_out_of_range": lambda dev: F.nll_loss(on(dev, torch.zeros(1, 3, 2, 2)),
+                                                             on(dev, torch.tensor([[[0, 3], [1, 2]]]))),
+    "nll_loss_ignore_index": lambda dev: [
+        F.nll_loss(on(dev, torch.arange(6.0).reshape(2, 3)), on(dev, torch.tensor([-100, 1]))),
+        F.nll_loss(on(dev, torch.arange(6.0).reshape(2, 3)), on(dev, torch.tensor([7, 2])), ignore_index=7)],
+    "nll_loss_empty_float_target": lambda dev: F.nll_loss(on(dev, torch.zeros(0, 4)), on(dev, torch.tensor([]))),
+    # add/sub/rsub of a float16/bfloat16 tensor read a Python number and alpha rounded to its dtype,
+    # as CPU eager's kernels do (seed 1604329: bfloat16 -9984 + 10000.0 is 0, was 16); mul and div
+    # read the number as given. 320 elements: CPU eager's vectorized loop (its scalar tail rounds
+    # alpha * number to the half type first, float16 -0.1 + 0.3 * 0.1 differs by an ulp).
+    "half_add_rounds_python_numbers": lambda dev: [
+        f(on(dev, torch.tensor([-9984.0, 1.0, 3.0, -0.1, 77.7], dtype=dt).repeat(64)))
+        for dt in (torch.bfloat16, torch.float16)
+        for f in (lambda x: x + 10000.0, lambda x: x - 77.7, lambda x: 0.1 - x, lambda x: torch.add(x, 0.1, alpha=0.3),
+                  lambda x: x + torch.tensor(1 / 3), lambda x: x * 0.1, lambda x: x / 77.7)],
     # nansum over an empty dim list kept the input's shape (torch's Meta kernel) where CPU reduces
     # every dim (seed 1300522).
     "nansum_empty_dims": lambda dev: [torch.nansum(on(dev, torch.tensor([[1.0, float("nan"), 3.0]])), (), **kw)

@@ -518,6 +518,7 @@ struct IndexBound {
   int64_t lo, hi;
   std::string what;           // the bound, for an IndexError
   std::string runtime_error;  // non-empty: raise RuntimeError(this) instead
+  std::optional<int64_t> exempt;
 };
 
 // The index inputs of an op with index_checks (lowering table) and their bounds, from the
@@ -535,6 +536,7 @@ std::vector<IndexBound> IndexBounds(const OpSignature& sig, const NodeBuilder& b
         const at::Tensor& source = args[spec.source].toTensor();
         if (spec.dim_arg >= 0) dim = c10::maybe_wrap_dim(args[spec.dim_arg].toInt(), source.dim());
         if (spec.bound == lowering::IndexArgSpec::Bound::kLastDim) dim = std::max<int64_t>(source.dim() - 1, 0);
+        if (spec.bound == lowering::IndexArgSpec::Bound::kChannelDim) dim = source.dim() >= 2 ? 1 : 0;
         size = source.dim() == 0 ? 1 : source.size(dim);
         if (spec.bound == lowering::IndexArgSpec::Bound::kNumel) size = source.numel();
       }
@@ -542,8 +544,10 @@ std::vector<IndexBound> IndexBounds(const OpSignature& sig, const NodeBuilder& b
                               ? std::to_string(size) + " elements"
                               : "dimension " + std::to_string(dim) + " with size " + std::to_string(size);
       std::string what = bound + " in " + sig.name + (where.empty() ? "" : ", traced at " + where);
-      bounds.push_back(
-          IndexBound{input, spec.negative_wraps ? -size : spec.lowest, size, std::move(what), spec.runtime_error});
+      std::optional<int64_t> exempt;
+      if (spec.exempt_arg >= 0) exempt = args[spec.exempt_arg].toInt();
+      bounds.push_back(IndexBound{input, spec.negative_wraps ? -size : spec.lowest, size, std::move(what),
+                                  spec.runtime_error, exempt});
     };
     if (a.kind == ArgKind::kTensor) {
       add(static_cast<int>(a.payload), 0);
@@ -651,7 +655,8 @@ class LoweredKernel final : public c10::OperatorKernel {
                              std::move(out_types));
       for (IndexBound& bound : bounds) {
         if (bound.runtime_error.empty()) {
-          graph::AddIndexCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, std::move(bound.what));
+          graph::AddIndexCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, std::move(bound.what),
+                               bound.exempt);
         } else {
           graph::AddValueRangeCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, bound.runtime_error);
         }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,9 +16,10 @@
 
 namespace torch_pjrt::graph {
 
-// Records that `indices`, read by the op that produced `consumer`, must lie in [lo, hi).
-// `what` describes the bound for the error message. Caller holds the graph lock.
-void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what);
+// Records that `indices`, read by the op that produced `consumer`, must lie in [lo, hi) or equal
+// `exempt` where given. `what` describes the bound for the error message. Caller holds the graph lock.
+void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what,
+                   std::optional<int64_t> exempt = std::nullopt);
 // Records that `values`, read by the op that produced `consumer`, must lie in [0, 1]; else the
 // next sync point raises RuntimeError(message). Caller holds the graph lock.
 void AddUnitIntervalCheck(int device, Value values, Value consumer, std::string message);

@@ -55,12 +55,22 @@ Val Scaled(LowerCtx& c, const Val& other, size_t alpha_index, ElementType t) {
   return Mul(c.e, other, In(c, alpha_index, t));
 }
 
+// add/sub/rsub: a + alpha * b, where CPU's kernel for float16 and bfloat16 reads a CPU scalar and
+// alpha rounded to the result's dtype (ScalarRead) and computes in float.
+std::vector<Val> LowerAddLike(LowerCtx& c, size_t a, size_t b, bool subtract) {
+  ElementType t = Compute(c);
+  auto read = [&](size_t i) { return ThroughCommonDtype(c, i, t, ScalarRead::kInCommonDtype); };
+  Val scaled = read(b);
+  bool rounds = IsFloating(c.out().dtype) && t != c.out().dtype;
+  if (!c.is_none(2) && (c.is_tensor(2) || c.double_arg(2) != 1.0)) {
+    scaled = Mul(c.e, scaled, rounds ? Coerce(c.e, c.scalar(2, c.out().dtype), c.out().dims, t) : In(c, 2, t));
+  }
+  return {Done(c, subtract ? Sub(c.e, read(a), scaled) : Add(c.e, read(a), scaled))};
+}
+
 // ------------------------------------------------------------ arithmetic
 
-std::vector<Val> LowerAdd(LowerCtx& c) {  // add.Tensor(self, other, *, alpha=1)
-  ElementType t = Compute(c);
-  return {Done(c, Add(c.e, ThroughCommonDtype(c, 0, t), Scaled(c, ThroughCommonDtype(c, 1, t), 2, t)))};
-}
+std::vector<Val> LowerAdd(LowerCtx& c) { return LowerAddLike(c, 0, 1, false); }  // add.Tensor(self, other, *, alpha=1)
 
 // torch's sub_check, which the Meta kernels skip for a bool Python number (True - x, x - True):
 // raised when the graph runs.
@@ -74,14 +84,12 @@ void CheckNoBoolSubtraction(LowerCtx& c) {
 
 std::vector<Val> LowerSub(LowerCtx& c) {  // sub.Tensor(self, other, *, alpha=1)
   CheckNoBoolSubtraction(c);
-  ElementType t = Compute(c);
-  return {Done(c, Sub(c.e, ThroughCommonDtype(c, 0, t), Scaled(c, ThroughCommonDtype(c, 1, t), 2, t)))};
+  return LowerAddLike(c, 0, 1, true);
 }
 
 std::vector<Val> LowerRsub(LowerCtx& c) {  // rsub.Tensor(self, other, *, alpha=1): other - alpha*self
   CheckNoBoolSubtraction(c);
-  ElementType t = Compute(c);
-  return {Done(c, Sub(c.e, ThroughCommonDtype(c, 1, t), Scaled(c, ThroughCommonDtype(c, 0, t), 2, t)))};
+  return LowerAddLike(c, 1, 0, true);
 }
 
 std::vector<Val> LowerMul(LowerCtx& c) {

@@ -274,12 +274,15 @@ Val WithRow(Emitter& e, const Val& x, const Val& row, const Val& t) {
   return e.DynamicUpdateSlice(x, e.Reshape(row, {1, x.dims()[1], x.dims()[2]}), {t, zero, zero});
 }
 
-Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t) {
+Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t, ScalarRead scalars) {
+  ElementType common = ResultType(c, {0, 1});
   if (c.is_tensor(i) && c.tensor(i).rank() > 0) {
-    ElementType common = ResultType(c, {0, 1}), dtype = c.tensor(i).dtype();
+    ElementType dtype = c.tensor(i).dtype();
     if (common != t && dtype != common && dtype != ElementType::kBool) {
       return Coerce(c.e, c.e.Convert(c.tensor(i), common), c.out().dims, t);
     }
+  } else if (scalars == ScalarRead::kInCommonDtype && IsFloating(common) && Opmath(common) != common) {
+    return Coerce(c.e, c.scalar(i, common), c.out().dims, t);
   }
   return Coerce(c.e, c.scalar(i, t), c.out().dims, t);
 }

@@ -16,12 +16,17 @@ ElementType Opmath(ElementType t);
 // over 0-d tensors, which win over Python numbers, within a category).
 ElementType ResultType(const LowerCtx& c, std::initializer_list<size_t> arg_indices);
 
+// How a binary op's CPU kernel reads a 0-d tensor or Python number (a CPU scalar) when the common
+// dtype is float16 or bfloat16: add, sub and rsub (and remainder, pow, atan2, fmod) read it rounded
+// to that dtype, so bfloat16 -9984 + 10000.0 is 0; mul and div read the value as given (TensorIterator's
+// original_scalar_value), which is what the other types see in their compute type anyway.
+enum class ScalarRead { kAsGiven, kInCommonDtype };
+
 // Argument i of a binary op over arguments 0 and 1 in the compute type `t`, as TensorIterator
 // reads it: a dimensioned tensor is cast to the op's common dtype first (an int64 9e18 beside
-// float16 is inf there, not float32's 9e18). 0-d tensors and Python numbers (CPU scalars, which
-// the arithmetic kernels read in the compute type directly), inputs of the common dtype and bools
-// are converted to `t` directly.
-Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t);
+// float16 is inf there, not float32's 9e18); a CPU scalar as `scalars` says; inputs of the
+// common dtype and bools are converted to `t` directly.
+Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t, ScalarRead scalars = ScalarRead::kAsGiven);
 
 // Wraps a negative dim; rank 0 tensors accept dims 0 and -1.
 int64_t NormDim(int64_t dim, int64_t rank);

@@ -317,28 +317,39 @@ Val UnitIntervalRow(Emitter& e, const Val& values) {
 }
 
 // index_checks(idx_0, consumer_0, idx_1, consumer_1, ...,
-//              checks=[lo_0, hi_0, unit_interval_0, lo_1, ...])
-// -> s64[N, 2]: per check (1 if every index is in [lo, hi) else 0, an offending index), or for a
-// unit-interval check (1 if every value is in [0, 1] else 0, 0). The consumers are inputs only
-// so that the graph's identity covers which op each check guards.
+//              checks=[lo_0, hi_0, unit_interval_0, has_exempt_0, exempt_0, lo_1, ...])
+// -> s64[N, 2]: per check (1 if every index is in [lo, hi) or equals the exempt value else 0, an
+// offending index), or for a unit-interval check (1 if every value is in [0, 1] else 0, 0). The
+// consumers are inputs only so that the graph's identity covers which op each check guards.
 std::vector<Val> LowerIndexChecks(LowerCtx& c) {
+  constexpr size_t kSpec = 5;
   Dims specs = c.int_list(c.num_args() - 1);
-  size_t n = specs.size() / 3;
+  size_t n = specs.size() / kSpec;
   std::vector<Val> rows;
   for (size_t k = 0; k < n; ++k) {
-    if (specs[3 * k + 2] != 0) {
+    const int64_t* spec = &specs[kSpec * k];
+    if (spec[2] != 0) {
       rows.push_back(UnitIntervalRow(c.e, c.tensor(2 * k)));
       continue;
     }
-    Dims bounds{specs[3 * k], specs[3 * k + 1]};
+    Dims bounds{spec[0], spec[1]};
     Val idx = c.e.Convert(c.tensor(2 * k), ElementType::kS64);
     idx = c.e.Reshape(idx, {idx.numel()});
     Val lo = c.e.Full(static_cast<double>(bounds[0]), idx.type);
     Val hi = c.e.Full(static_cast<double>(bounds[1]), idx.type);
     Val inside = c.e.Binary("and", c.e.Compare("GE", idx, lo), c.e.Compare("LT", idx, hi));
+    Val lowest = c.e.Full(static_cast<double>(LowestValue(ElementType::kS64)), idx.type);
+    Val highest = c.e.Full(static_cast<double>(HighestValue(ElementType::kS64)), idx.type);
+    Val for_largest = idx, for_smallest = idx;
+    if (spec[3] != 0) {  // the exempt value is in range and never the offending one
+      Val exempt = c.e.Compare("EQ", idx, c.e.Full(static_cast<double>(spec[4]), idx.type));
+      inside = c.e.Binary("or", inside, exempt);
+      for_largest = c.e.Select(exempt, lowest, idx);
+      for_smallest = c.e.Select(exempt, highest, idx);
+    }
     Val ok = c.e.Reduce(inside, c.e.Scalar(1, ElementType::kBool), {0}, "and");
-    Val largest = c.e.Reduce(idx, c.e.Scalar(LowestValue(ElementType::kS64), ElementType::kS64), {0}, "maximum");
-    Val smallest = c.e.Reduce(idx, c.e.Scalar(HighestValue(ElementType::kS64), ElementType::kS64), {0}, "minimum");
+    Val largest = c.e.Reduce(for_largest, c.e.Scalar(LowestValue(ElementType::kS64), ElementType::kS64), {0}, "maximum");
+    Val smallest = c.e.Reduce(for_smallest, c.e.Scalar(HighestValue(ElementType::kS64), ElementType::kS64), {0}, "minimum");
     Val too_large = c.e.Compare("GE", largest, c.e.Scalar(static_cast<double>(bounds[1]), ElementType::kS64));
     Val offending = c.e.Select(too_large, largest, smallest);
     Val row = c.e.Concatenate({c.e.Reshape(c.e.Convert(ok, ElementType::kS64), {1, 1}), c.e.Reshape(offending, {1, 1})}, 1);

@@ -82,11 +82,13 @@ struct IndexArgSpec {
   bool negative_wraps = false;  // -size <= i < 0 counts from the end (advanced indexing)
   // What bounds the indices when size_arg is not given: the source's dimension (dim_arg, or the
   // list position), its last dimension (class indices), or its element count (flat indices).
-  enum class Bound : uint8_t { kDim, kLastDim, kNumel } bound = Bound::kDim;
+  // kChannelDim: dim 1, or 0 for a 1-d source (nll_loss's classes).
+  enum class Bound : uint8_t { kDim, kLastDim, kNumel, kChannelDim } bound = Bound::kDim;
   int64_t lowest = 0;  // the smallest valid index without negative_wraps (-1: multilabel targets)
   // Non-empty: an index out of range raises RuntimeError(runtime_error), as torch's CPU kernel
   // words it (class targets), instead of an IndexError naming the bound.
   std::string runtime_error;
+  int exempt_arg = -1;  // int argument whose value is never out of range (nll_loss's ignore_index)
 };
 
 // A tensor argument whose values must lie in [0, 1] (binary_cross_entropy's input and target):

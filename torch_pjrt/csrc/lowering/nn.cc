@@ -633,10 +633,15 @@ void RegisterNNOps(Registry& r) {
   r.Add("native_layer_norm_backward", LowerLayerNormBackward);
   r.Add("native_group_norm", LowerGroupNorm);
   r.Add("native_group_norm_backward", LowerGroupNormBackward);
-  r.Add("nll_loss_forward", LowerNllLoss);
-  r.Add("nll_loss2d_forward", LowerNllLoss);
-  r.Add("nll_loss_backward", LowerNllLossBackward);
-  r.Add("nll_loss2d_backward", LowerNllLossBackward);
+  // Targets are class indices along self's dim 1 (0 for a 1-d self), or ignore_index: checked
+  // (design "Index bounds"); an out-of-range target picked nothing from the one-hot (a loss of 0).
+  using Bound = IndexArgSpec::Bound;
+  IndexArgSpec targets{1, 0, -1, -1, false, Bound::kChannelDim, 0, "", 4};
+  IndexArgSpec backward_targets{2, 1, -1, -1, false, Bound::kChannelDim, 0, "", 5};
+  r.Add("nll_loss_forward", LowerNllLoss).index_checks = {targets};
+  r.Add("nll_loss2d_forward", LowerNllLoss).index_checks = {targets};
+  r.Add("nll_loss_backward", LowerNllLossBackward).index_checks = {backward_targets};
+  r.Add("nll_loss2d_backward", LowerNllLossBackward).index_checks = {backward_targets};
   r.Add("mse_loss", LowerMseLoss);
   r.Add("mse_loss_backward", LowerMseLossBackward);
 }
