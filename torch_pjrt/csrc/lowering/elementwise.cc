@@ -70,7 +70,8 @@ std::vector<Val> LowerAddLike(LowerCtx& c, size_t a, size_t b, bool subtract) {
 
 // ------------------------------------------------------------ arithmetic
 
-std::vector<Val> LowerAdd(LowerCtx& c) { return LowerAddLike(c, 0, 1, false); }  // add.Tensor(self, other, *, alpha=1)
+// add.Tensor(self, other, *, alpha=1)
+std::vector<Val> LowerAdd(LowerCtx& c) { return LowerAddLike(c, 0, 1, false); }
 
 // torch's sub_check, which the Meta kernels skip for a bool Python number (True - x, x - True):
 // raised when the graph runs.

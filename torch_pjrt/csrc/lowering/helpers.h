@@ -17,9 +17,10 @@ ElementType Opmath(ElementType t);
 ElementType ResultType(const LowerCtx& c, std::initializer_list<size_t> arg_indices);
 
 // How a binary op's CPU kernel reads a 0-d tensor or Python number (a CPU scalar) when the common
-// dtype is float16 or bfloat16: add, sub and rsub (and remainder, pow, atan2, fmod) read it rounded
-// to that dtype, so bfloat16 -9984 + 10000.0 is 0; mul and div read the value as given (TensorIterator's
-// original_scalar_value), which is what the other types see in their compute type anyway.
+// dtype is float16 or bfloat16: add, sub and rsub read it rounded to that dtype, so bfloat16
+// -9984 + 10000.0 is 0 (CPU's remainder, fmod, pow and atan2 do too; their lowerings do not yet);
+// mul and div read the value as given (TensorIterator's original_scalar_value), which is what the
+// other dtypes see in their compute type anyway.
 enum class ScalarRead { kAsGiven, kInCommonDtype };
 
 // Argument i of a binary op over arguments 0 and 1 in the compute type `t`, as TensorIterator
