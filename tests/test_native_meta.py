@@ -74,6 +74,20 @@ BACKWARD = {
 }
 
 
+LOSS_BACKWARD = {  # CPU's kernels return a contiguous gradient whatever self's layout
+    "huber": lambda g, x, t: torch.ops.aten.huber_loss_backward(g, x, t, 1, 0.5),
+    "smooth_l1": lambda g, x, t: torch.ops.aten.smooth_l1_loss_backward(g, x, t, 1, 0.5),
+    "mse": lambda g, x, t: torch.ops.aten.mse_loss_backward(g, x, t, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(LOSS_BACKWARD))
+def test_loss_backwards_are_contiguous_as_on_the_cpu(name):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 3, 2, generator=g).transpose(1, 2)
+    _check_like_cpu(LOSS_BACKWARD[name], (torch.tensor(1.0), x, torch.randn(3, 2, 3, generator=g)))
+
+
 @pytest.mark.parametrize("grad_layout", ["contiguous", "transposed"])
 @pytest.mark.parametrize("name", list(BACKWARD))
 def test_activation_backwards_have_cpu_strides(name, grad_layout):

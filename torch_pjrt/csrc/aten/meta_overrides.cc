@@ -10,6 +10,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/huber_loss.h>
+#include <ATen/ops/huber_loss_backward.h>
+#include <ATen/ops/mse_loss_backward.h>
+#include <ATen/ops/smooth_l1_loss_backward.h>
 #include <ATen/ops/native_layer_norm.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/upsample_bicubic2d.h>
@@ -137,6 +140,21 @@ void HuberLossMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   results->push_back(loss.to(self.scalar_type()));
 }
 
+// huber_loss_backward, smooth_l1_loss_backward (grad_output, self, target, reduction, delta/beta)
+// and mse_loss_backward (without the last): CPU's kernels return a contiguous gradient whatever
+// self's layout; torch's Meta kernels follow self.
+void HuberLossBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  results->push_back(at::huber_loss_backward(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toInt(),
+                                             a[4].toDouble()).contiguous());
+}
+void SmoothL1LossBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  results->push_back(at::smooth_l1_loss_backward(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toInt(),
+                                                 a[4].toDouble()).contiguous());
+}
+void MseLossBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  results->push_back(at::mse_loss_backward(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toInt()).contiguous());
+}
+
 // Backward ops without a Meta kernel in torch whose gradient has self's shape and dtype (self is
 // argument 1): fractional_max_pool3d_backward(grad_output, self, ...),
 // multi_margin_loss_backward(grad_output, self, target, ...),
@@ -255,6 +273,9 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::__rshift__.Scalar", &ShiftScalarMeta},
       {"aten::hardtanh_backward", &BinaryIteratorMeta},
       {"aten::huber_loss", &HuberLossMeta},
+      {"aten::huber_loss_backward", &HuberLossBackwardMeta},
+      {"aten::smooth_l1_loss_backward", &SmoothL1LossBackwardMeta},
+      {"aten::mse_loss_backward", &MseLossBackwardMeta},
       {"aten::hardswish_backward", &BinaryIteratorMeta},
       {"aten::fractional_max_pool3d_backward", &GradientLikeSelfMeta},
       {"aten::multi_margin_loss_backward", &GradientLikeSelfMeta},
