@@ -163,6 +163,11 @@ REGRESSIONS = {
         for dt in (torch.bfloat16, torch.float16)
         for f in (lambda x: x + 10000.0, lambda x: x - 77.7, lambda x: 0.1 - x, lambda x: torch.add(x, 0.1, alpha=0.3),
                   lambda x: x + torch.tensor(1 / 3), lambda x: x * 0.1, lambda x: x / 77.7)],
+    # A p-norm over one element is |x| on the CPU (its loop works in double there; seed 3316: a
+    # float32 9.2e18 cubed overflowed to inf).
+    "vector_norm_of_one_element": lambda dev: [
+        torch.linalg.vector_norm(on(dev, torch.tensor([[9.2e18], [5.0], [-3e38], [0.0]])), p, dim=1)
+        for p in (3, 0.5, -1, 4)],
     # nansum over an empty dim list kept the input's shape (torch's Meta kernel) where CPU reduces
     # every dim (seed 1300522).
     "nansum_empty_dims": lambda dev: [torch.nansum(on(dev, torch.tensor([[1.0, float("nan"), 3.0]])), (), **kw)
