@@ -956,6 +956,9 @@ def explained_by_inputs(program, dev_t, name):
     if updates and explained_update(program, dev_t, name, updates[-1]):
         return True
     defining = [i for i, line in enumerate(program.lines) if re.match(rf"\s*({name}\s*=|{name}\s*,|.*,\s*{name}\s*=)", line)]
+    outs = [i for i, line in enumerate(program.lines) if re.search(rf"out={name}\b", line)]
+    if outs and defining and outs[-1] > defining[-1]:
+        return explained_out(program, dev_t, name, outs[-1])
     if len(defining) != 1:
         return False
     i = defining[0]
@@ -1006,6 +1009,29 @@ def explained_by_inputs(program, dev_t, name):
         except Exception:  # noqa: BLE001
             return False
     return False
+
+
+def explained_out(program, dev_t, name, i):
+    """Whether line i, an out= call writing `name` that nothing writes over later, gives pjrt's
+    value of `name` from pjrt's own values of its inputs (a comparison of values that matched
+    within tolerance, eq(v2, v0, out=v6), flips)."""
+    line = program.lines[i]
+    names = set(re.findall(r"\bv\d+\b", line)) - {name}
+    storages = {program.cpu_ns[v].untyped_storage().data_ptr() for v in names | {name} if v in program.cpu_ns}
+    if any(written_storage(program, later) & storages for later in program.lines[i + 1:]) or \
+            any(v not in dev_t for v in names):
+        return False
+    ns = namespace("cpu")
+    for v in names:
+        ns[v] = dev_t[v].detach().cpu()
+    ns[name] = torch.empty(0, dtype=dev_t[name].dtype)
+    try:
+        with quiet():
+            exec(line, ns)
+        compare(name, dev_t[name], ns[name], line, strides=False)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def zeros_strided(shape, stride, dtype, device):
