@@ -1021,14 +1021,19 @@ def explained_out(program, dev_t, name, i):
     if any(written_storage(program, later) & storages for later in program.lines[i + 1:]) or \
             any(v not in dev_t for v in names):
         return False
+    values = {v: dev_t[v].detach().cpu() for v in names}
+    values[name] = torch.empty(0, dtype=dev_t[name].dtype)
+    return recomputes(line, name, values, dev_t)
+
+
+def recomputes(line, name, values, dev_t, result=lambda t: t):
+    """Whether CPU eager running `line` on `values` gives pjrt's value of `name` (after `result`)."""
     ns = namespace("cpu")
-    for v in names:
-        ns[v] = dev_t[v].detach().cpu()
-    ns[name] = torch.empty(0, dtype=dev_t[name].dtype)
+    ns.update(values)
     try:
         with quiet():
             exec(line, ns)
-        compare(name, dev_t[name], ns[name], line, strides=False)
+        compare(name, dev_t[name], result(ns[name]), line, strides=False)
         return True
     except Exception:  # noqa: BLE001
         return False
@@ -1053,16 +1058,7 @@ def explained_update(program, dev_t, name, i):
     names = set(re.findall(r"\bv\d+\b", line))
     if any(v not in snap for v in names):
         return False
-    ns = namespace("cpu")
-    for v in names:
-        ns[v] = flushed(snap[v].clone())
-    try:
-        with quiet():
-            exec(line, ns)
-        compare(name, dev_t[name], flushed(ns[name]), line, strides=False)
-        return True
-    except Exception:  # noqa: BLE001
-        return False
+    return recomputes(line, name, {v: flushed(snap[v].clone()) for v in names}, dev_t, flushed)
 
 
 def strides_from_meta(program, dev_t, name):

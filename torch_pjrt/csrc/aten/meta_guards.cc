@@ -14,14 +14,6 @@ namespace {
 
 using Args = c10::ArrayRef<c10::IValue>;
 
-// The functional op's own Meta results.
-void RunMeta(const char* name, const char* overload, Args a, torch::jit::Stack* results) {
-  c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
-  torch::jit::Stack stack(a.begin(), a.end());
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
-  *results = std::move(stack);
-}
-
 bool IsComplexTensor(const c10::IValue& v) { return v.isTensor() && v.toTensor().is_complex(); }
 void NotComplex(const c10::IValue& v) {
   TORCH_CHECK(!IsComplexTensor(v), "complex inputs are not ordered: the CPU path raises");
@@ -35,7 +27,7 @@ void Ordered(Args a, torch::jit::Stack* r) {
   NotComplex(a[kTensorArg]);
   TORCH_CHECK(kBoolOk || !a[kTensorArg].isTensor() || a[kTensorArg].toTensor().scalar_type() != c10::kBool,
               "bool input: the CPU path raises");
-  RunMeta(kName, kOverload, a, r);
+  RunOwnMeta(kName, kOverload, a, r);
 }
 
 // scatter_reduce / index_reduce with amax/amin on complex, or mean on bool (CPU rejects both);
@@ -50,7 +42,7 @@ void ReduceByName(Args a, torch::jit::Stack* r) {
   TORCH_CHECK(std::string(kName) != "aten::index_reduce" || include_self ||
                   !(self.scalar_type() == c10::kBool || self.is_complex()),
               "index_reduce(include_self=False) of bool/complex: the CPU path raises");
-  RunMeta(kName, kOverload, a, r);
+  RunOwnMeta(kName, kOverload, a, r);
 }
 
 // bucketize / searchsorted (arguments 0 and 1: values and boundaries, in either order):
@@ -68,7 +60,7 @@ void SearchGuard(Args a, torch::jit::Stack* r) {
   TORCH_CHECK(std::string(kName) != "aten::searchsorted" || a.size() <= 5 || a[5].isNone() ||
                   a[0].toTensor().dim() <= 1,
               "sorter of an N-D sequence: the CPU path runs it");
-  RunMeta(kName, kOverload, a, r);
+  RunOwnMeta(kName, kOverload, a, r);
 }
 
 // Floating-point only on CPU (histc), or floating/complex only (logcumsumexp).
@@ -76,7 +68,7 @@ template <const char* kName, bool kComplexOk>
 void FloatingOnly(Args a, torch::jit::Stack* r) {
   const at::Tensor& t = a[0].toTensor();
   TORCH_CHECK(t.is_floating_point() || (kComplexOk && t.is_complex()), "not a floating type: the CPU path raises");
-  RunMeta(kName, "", a, r);
+  RunOwnMeta(kName, "", a, r);
 }
 
 // bernoulli(self, p): a tensor p must expand to self's shape (CPU's p.expand_as(self)); the lowering
@@ -85,7 +77,7 @@ template <const char* kName, const char* kOverload>
 void ProbabilitiesExpandToSelf(Args a, torch::jit::Stack* r) {
   TORCH_CHECK(!a[1].isTensor() || at::is_expandable_to(a[1].toTensor().sizes(), a[0].toTensor().sizes()),
               "p does not expand to self's shape: the CPU path raises");
-  RunMeta(kName, kOverload, a, r);
+  RunOwnMeta(kName, kOverload, a, r);
 }
 
 // index_put(self, indices, values, ...): the CPU kernel's checks that the Meta kernel skips:
@@ -99,7 +91,7 @@ void IndexPutGuard(Args a, torch::jit::Stack* r) {
   at::Tensor indexed = at::index(self, a[1].toOptionalTensorList());
   TORCH_CHECK(at::is_expandable_to(values.sizes(), indexed.sizes()),
               "values do not broadcast to the indexing result: the CPU path raises");
-  RunMeta(kName, kOverload, a, r);
+  RunOwnMeta(kName, kOverload, a, r);
 }
 
 constexpr char kSort[] = "aten::sort", kStable[] = "stable", kNone[] = "", kTopk[] = "aten::topk",
@@ -119,10 +111,17 @@ void Nansum(Args a, torch::jit::Stack* r) {
   NotComplex(a[0]);
   std::vector<c10::IValue> args(a.begin(), a.end());
   if (args.size() > 1 && args[1].isIntList() && args[1].toDimVector().empty()) args[1] = c10::IValue();
-  RunMeta(kNansum, kNone, args, r);
+  RunOwnMeta(kNansum, kNone, args, r);
 }
 
 }  // namespace
+
+void RunOwnMeta(const char* name, const char* overload, c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  torch::jit::Stack stack(a.begin(), a.end());
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+  *results = std::move(stack);
+}
 
 MetaOverride FindMetaGuard(const std::string& name) {
   static const auto* table = new std::unordered_map<std::string, MetaOverride>{

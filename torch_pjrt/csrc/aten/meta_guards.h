@@ -15,4 +15,8 @@ namespace torch_pjrt::aten {
 // The guard for an op by its full name ("aten::sort.stable"), or null.
 MetaOverride FindMetaGuard(const std::string& name);
 
+// The op's own Meta results for its functional arguments `a` (name "aten::x", overload "" or
+// "dim"): what guards and overrides adjust.
+void RunOwnMeta(const char* name, const char* overload, c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results);
+
 }  // namespace torch_pjrt::aten

@@ -9,10 +9,6 @@
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/ops/huber_loss.h>
-#include <ATen/ops/huber_loss_backward.h>
-#include <ATen/ops/mse_loss_backward.h>
-#include <ATen/ops/smooth_l1_loss_backward.h>
 #include <ATen/ops/native_layer_norm.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/upsample_bicubic2d.h>
@@ -134,25 +130,21 @@ void BinaryIteratorMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results
 
 // huber_loss(self, target, reduction, delta): CPU's kernel writes into a tensor like self, so the
 // loss has self's dtype (float32 for a float64 target), where torch's Meta kernel promotes.
+constexpr char kHuberLoss[] = "aten::huber_loss", kHuberLossBackward[] = "aten::huber_loss_backward",
+               kSmoothL1LossBackward[] = "aten::smooth_l1_loss_backward",
+               kMseLossBackward[] = "aten::mse_loss_backward";
+
 void HuberLossMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
-  const at::Tensor& self = a[0].toTensor();
-  at::Tensor loss = at::huber_loss(self, a[1].toTensor(), a[2].toInt(), a[3].toDouble());
-  results->push_back(loss.to(self.scalar_type()));
+  RunOwnMeta(kHuberLoss, "", a, results);
+  (*results)[0] = (*results)[0].toTensor().to(a[0].toTensor().scalar_type());
 }
 
-// huber_loss_backward, smooth_l1_loss_backward (grad_output, self, target, reduction, delta/beta)
-// and mse_loss_backward (without the last): CPU's kernels return a contiguous gradient whatever
-// self's layout; torch's Meta kernels follow self.
-void HuberLossBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
-  results->push_back(at::huber_loss_backward(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toInt(),
-                                             a[4].toDouble()).contiguous());
-}
-void SmoothL1LossBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
-  results->push_back(at::smooth_l1_loss_backward(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toInt(),
-                                                 a[4].toDouble()).contiguous());
-}
-void MseLossBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
-  results->push_back(at::mse_loss_backward(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toInt()).contiguous());
+// huber_loss_backward, smooth_l1_loss_backward and mse_loss_backward: CPU's kernels return a
+// contiguous gradient whatever self's layout; torch's Meta kernels follow self.
+template <const char* kName>
+void ContiguousGradientMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  RunOwnMeta(kName, "", a, results);
+  (*results)[0] = (*results)[0].toTensor().contiguous();
 }
 
 // Backward ops without a Meta kernel in torch whose gradient has self's shape and dtype (self is
@@ -273,9 +265,9 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::__rshift__.Scalar", &ShiftScalarMeta},
       {"aten::hardtanh_backward", &BinaryIteratorMeta},
       {"aten::huber_loss", &HuberLossMeta},
-      {"aten::huber_loss_backward", &HuberLossBackwardMeta},
-      {"aten::smooth_l1_loss_backward", &SmoothL1LossBackwardMeta},
-      {"aten::mse_loss_backward", &MseLossBackwardMeta},
+      {"aten::huber_loss_backward", &ContiguousGradientMeta<kHuberLossBackward>},
+      {"aten::smooth_l1_loss_backward", &ContiguousGradientMeta<kSmoothL1LossBackward>},
+      {"aten::mse_loss_backward", &ContiguousGradientMeta<kMseLossBackward>},
       {"aten::hardswish_backward", &BinaryIteratorMeta},
       {"aten::fractional_max_pool3d_backward", &GradientLikeSelfMeta},
       {"aten::multi_margin_loss_backward", &GradientLikeSelfMeta},

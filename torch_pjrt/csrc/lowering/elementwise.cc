@@ -48,10 +48,12 @@ Val Sub(Emitter& e, const Val& a, const Val& b) { return e.Binary("subtract", a,
 Val Mul(Emitter& e, const Val& a, const Val& b) { return e.Binary("multiply", a, b); }
 Val Div(Emitter& e, const Val& a, const Val& b) { return e.Binary("divide", a, b); }
 
-// other * alpha, skipping the multiply for the (constant) default alpha of 1.
-Val Scaled(LowerCtx& c, const Val& other, size_t alpha_index, ElementType t) {
+// other * alpha, skipping the multiply for the (constant) default alpha of 1. With `rounded`,
+// alpha is read rounded to the result's dtype first (add/sub's half types, see ScalarRead).
+Val Scaled(LowerCtx& c, const Val& other, size_t alpha_index, ElementType t, bool rounded = false) {
   if (c.is_none(alpha_index)) return other;
   if (!c.is_tensor(alpha_index) && c.double_arg(alpha_index) == 1.0) return other;
+  if (rounded) return Mul(c.e, other, Coerce(c.e, c.scalar(alpha_index, c.out().dtype), c.out().dims, t));
   return Mul(c.e, other, In(c, alpha_index, t));
 }
 
@@ -60,11 +62,8 @@ Val Scaled(LowerCtx& c, const Val& other, size_t alpha_index, ElementType t) {
 std::vector<Val> LowerAddLike(LowerCtx& c, size_t a, size_t b, bool subtract) {
   ElementType t = Compute(c);
   auto read = [&](size_t i) { return ThroughCommonDtype(c, i, t, ScalarRead::kInCommonDtype); };
-  Val scaled = read(b);
-  bool rounds = IsFloating(c.out().dtype) && t != c.out().dtype;
-  if (!c.is_none(2) && (c.is_tensor(2) || c.double_arg(2) != 1.0)) {
-    scaled = Mul(c.e, scaled, rounds ? Coerce(c.e, c.scalar(2, c.out().dtype), c.out().dims, t) : In(c, 2, t));
-  }
+  bool half = IsFloating(c.out().dtype) && t != c.out().dtype;
+  Val scaled = Scaled(c, read(b), 2, t, half);
   return {Done(c, subtract ? Sub(c.e, read(a), scaled) : Add(c.e, read(a), scaled))};
 }
 
