@@ -344,3 +344,43 @@ def test_integer_tensors_beside_half_types_are_cast_to_the_common_dtype_first(ha
     cpu, dev = _both(run)
     for got, want in zip(dev, cpu):
         torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+
+
+# Ops whose CPU kernels, for float16 and bfloat16, read a 0-d tensor or Python number in the
+# half type (TensorIterator casts it to the common dtype) or round intermediate steps to it
+# (scalar_t math), each with the scalar in the place the kernel treats that way.
+HALF_STEPS = {
+    "remainder": lambda x, s: (x % s, torch.remainder(s, x), torch.remainder(x, torch.tensor(s, dtype=torch.float64))),
+    "fmod": lambda x, s: (torch.fmod(x, s), torch.fmod(torch.tensor(s, dtype=torch.float64), x)),
+    "pow": lambda x, s: (x.abs() ** s, s ** x, x ** (s + 2), x.abs() ** torch.tensor(s, dtype=torch.float64)),
+    "atan2": lambda x, s: (torch.atan2(x, torch.tensor(s, dtype=torch.float64)), torch.atan2(torch.tensor(s), x)),
+    "xlogy": lambda x, s: (torch.xlogy(x, s), torch.xlogy(s, x.abs()), torch.xlogy(x, x.abs() + 0.1),
+                           torch.special.xlog1py(x, x.abs())),
+    "hypot_logaddexp": lambda x, s: (torch.hypot(x, torch.tensor(s)), torch.logaddexp(x, torch.tensor(s)),
+                                     torch.logaddexp2(torch.tensor(s), x)),
+    "lerp": lambda x, s: (torch.lerp(x, x * 2 + 1, torch.tensor(s, dtype=torch.float64)), torch.lerp(x, x * 2 + 1, s)),
+    "division_first_operand": lambda x, s: (torch.tensor(s, dtype=torch.float64) / x, torch.tensor(s) * x,
+                                            torch.div(torch.tensor(s), x, rounding_mode="floor")),
+    "floor_and_trunc_division": lambda x, s: (x // (x.flip(0) * s), torch.div(x * 50, x.flip(0), rounding_mode="trunc"),
+                                              torch.div(x, s, rounding_mode="trunc"), x // s),
+    "shrink": lambda x, s: (torch.nn.functional.hardshrink(x, s), aten.hardshrink_backward(x * 3, x, s),
+                            aten.softshrink_backward(x * 3, x, s)),
+    "logit_entr": lambda x, s: (torch.logit(x.sigmoid()), torch.logit(x.sigmoid(), s / 10), torch.special.entr(x.abs())),
+}
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(HALF_STEPS))
+def test_half_types_read_scalars_and_round_steps_as_the_cpu_kernels(name, half):
+    """bfloat16 x % 0.1003 divides by 0.10009765625 on the CPU, pow's exponent 2.003 is 2 there,
+    logit and floor division round each step: exactly CPU's values, not merely close."""
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(256, generator=g) * 3).to(half)
+    x[:6] = torch.tensor([0.1003, 0.0999, -0.1003, 2.003, 1000.0, 0.004])
+    for s in (0.1003, 2.003, 0.0999, 2.276):
+        want = HALF_STEPS[name](x, s)
+        torch.pjrt.metrics.reset()
+        got = HALF_STEPS[name](x.to("pjrt"), s)
+        assert torch.pjrt.metrics.fallbacks() == {}
+        for g_, w in zip(got, want):
+            torch.testing.assert_close(g_.cpu(), w, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"s={s}: {m}")

@@ -16,9 +16,10 @@ Val InShrinkBand(Emitter& e, const Val& x, const Val& lambd) {
   return And(e, Cmp(e, "GE", x, Neg(e, lambd)), Cmp(e, "LE", x, lambd));
 }
 
-std::vector<Val> LowerHardshrink(LowerCtx& c) {  // hardshrink(self, lambd=0.5)
+// hardshrink(self, lambd=0.5); lambd is read in self's dtype, as the CPU kernel reads it.
+std::vector<Val> LowerHardshrink(LowerCtx& c) {
   ElementType t = Compute(c);
-  Val x = In(c, 0, t), lambd = In(c, 1, t);
+  Val x = In(c, 0, t), lambd = Operand(c, 1, t);
   return {Done(c, Sel(c.e, InShrinkBand(c.e, x, lambd), K(c.e, 0, x), x))};
 }
 
@@ -32,10 +33,11 @@ std::vector<Val> LowerSoftshrink(LowerCtx& c) {
   return {Done(c, Sel(e, IsNan(e, x), x, shrunk))};
 }
 
-// hardshrink_backward / softshrink_backward(grad_out, self, lambd): the gradient outside the band.
+// hardshrink_backward / softshrink_backward(grad_out, self, lambd): the gradient outside the band
+// (lambd read in the tensors' dtype, as both CPU kernels read it).
 std::vector<Val> LowerShrinkBackward(LowerCtx& c) {
   ElementType t = Compute(c);
-  Val g = In(c, 0, t), x = In(c, 1, t), lambd = In(c, 2, t);
+  Val g = In(c, 0, t), x = In(c, 1, t), lambd = Operand(c, 2, t, {0, 1, 2});
   return {Done(c, Sel(c.e, InShrinkBand(c.e, x, lambd), K(c.e, 0, g), g))};
 }
 

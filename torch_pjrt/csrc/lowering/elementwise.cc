@@ -61,7 +61,7 @@ Val Scaled(LowerCtx& c, const Val& other, size_t alpha_index, ElementType t, boo
 // alpha rounded to the result's dtype (ScalarRead) and computes in float.
 std::vector<Val> LowerAddLike(LowerCtx& c, size_t a, size_t b, bool subtract) {
   ElementType t = Compute(c);
-  auto read = [&](size_t i) { return ThroughCommonDtype(c, i, t, ScalarRead::kInCommonDtype); };
+  auto read = [&](size_t i) { return Operand(c, i, t); };
   bool half = IsFloating(c.out().dtype) && t != c.out().dtype;
   Val scaled = Scaled(c, read(b), 2, t, half);
   return {Done(c, subtract ? Sub(c.e, read(a), scaled) : Add(c.e, read(a), scaled))};
@@ -94,7 +94,7 @@ std::vector<Val> LowerRsub(LowerCtx& c) {  // rsub.Tensor(self, other, *, alpha=
 
 std::vector<Val> LowerMul(LowerCtx& c) {
   ElementType t = Compute(c);  // bool: the emitter's multiply of i1 values is a logical and
-  return {Done(c, Mul(c.e, ThroughCommonDtype(c, 0, t), ThroughCommonDtype(c, 1, t)))};
+  return {Done(c, Mul(c.e, Operand(c, 0, t), ThroughCommonDtype(c, 1, t)))};
 }
 
 // Integer division rounded toward negative infinity.
@@ -112,35 +112,14 @@ Val Trunc(Emitter& e, const Val& x) {
   return e.Select(e.Compare("LT", x, e.Full(0, x.type)), e.Unary("ceil", x), e.Unary("floor", x));
 }
 
-// torch's div_floor_floating: floor of the exact quotient, from fmod, rather than floor(a / b)
-// (which rounds first: 1 // 0.001f is 999, not 1000), with inf // x = NaN like fmod(inf, x), and
-// a signed zero (or a / b for b == 0) where the quotient is zero.
-Val FloorDivFloat(Emitter& e, const Val& a, const Val& b) {
-  Val zero = e.Full(0, a.type), one = e.Full(1, a.type), inf = e.Full(INFINITY, a.type);
-  Val quotient = Div(e, a, b);
-  Val mod = e.Binary("remainder", a, b);
-  // a - mod is a multiple of b; where a / b overflows, fmod may be inexact: use a itself.
-  Val overflow = e.Binary("and", e.Compare("EQ", e.Unary("abs", quotient), inf),
-                          e.Compare("NE", e.Unary("abs", a), inf));
-  Val div = Div(e, e.Select(overflow, a, Sub(e, a, mod)), b);
-  Val fix = e.Binary("and", e.Compare("NE", mod, zero),
-                     e.Binary("xor", e.Compare("LT", b, zero), e.Compare("LT", mod, zero)));
-  div = e.Select(fix, Sub(e, div, one), div);
-  Val floordiv = e.Unary("floor", div);
-  floordiv = e.Select(e.Compare("GT", Sub(e, div, floordiv), e.Full(0.5, a.type)), Add(e, floordiv, one), floordiv);
-  // copysign(0, a / b): 0 * quotient keeps the sign for finite quotients; an infinite quotient
-  // with a zero div cannot occur (div is then inf too).
-  floordiv = e.Select(e.Compare("EQ", div, zero), Mul(e, zero, quotient), floordiv);
-  return e.Select(e.Compare("EQ", b, zero), quotient, floordiv);
-}
-
 std::vector<Val> DivWithMode(LowerCtx& c, const std::string& mode) {
   ElementType t = Compute(c);
-  Val a = ThroughCommonDtype(c, 0, t), b = ThroughCommonDtype(c, 1, t);
+  Val a = Operand(c, 0, t), b = ThroughCommonDtype(c, 1, t);
   if (mode.empty()) return {Done(c, Div(c.e, a, b))};
   if (IsFloating(t)) {
-    if (mode == "trunc") return {Done(c, Trunc(c.e, Div(c.e, a, b)))};
-    return {Done(c, FloorDivFloat(c.e, a, b))};
+    ElementType steps = DivisionSteps(c, 1);  // a half type's quotient is rounded before trunc
+    if (mode == "trunc") return {Done(c, Trunc(c.e, RoundedTo(c.e, Div(c.e, a, b), steps)))};
+    return {Done(c, FloorDivFloat(c.e, a, b, steps))};
   }
   return {Done(c, mode == "trunc" ? Div(c.e, a, b) : FloorDivInt(c.e, a, b))};
 }
@@ -152,7 +131,7 @@ std::vector<Val> LowerDivMode(LowerCtx& c) {  // div.Tensor_mode(self, other, *,
 
 std::vector<Val> LowerRemainder(LowerCtx& c) {  // Python's %: the result takes the divisor's sign
   ElementType t = Compute(c);
-  Val a = In(c, 0, t), b = In(c, 1, t);
+  Val a = Operand(c, 0, t), b = Operand(c, 1, t);
   Val r = c.e.Binary("remainder", a, b);
   Val zero = K(c, 0, t);
   Val fix = c.e.Binary("and", c.e.Compare("NE", r, zero),
@@ -162,7 +141,7 @@ std::vector<Val> LowerRemainder(LowerCtx& c) {  // Python's %: the result takes 
 
 std::vector<Val> LowerFmod(LowerCtx& c) {  // C's fmod: the result takes the dividend's sign
   ElementType t = Compute(c);
-  return {Done(c, c.e.Binary("remainder", In(c, 0, t), In(c, 1, t)))};
+  return {Done(c, c.e.Binary("remainder", Operand(c, 0, t), Operand(c, 1, t)))};
 }
 
 // torch's integer pow (exponentiation by squaring over every bit of the exponent, wrapping on
@@ -210,12 +189,14 @@ std::vector<Val> LowerPow(LowerCtx& c) {  // pow.Tensor_Tensor / pow.Scalar
     throw std::invalid_argument("\"pow\" not implemented for 'Bool'");
   }
   if (IsIntegral(t)) return {Done(c, IntPow(c.e, In(c, 0, t), In(c, 1, t)))};
-  return {Done(c, c.e.Binary("power", FlushDenormals(c.e, In(c, 0, t)), FlushDenormals(c.e, In(c, 1, t))))};
+  return {Done(c, c.e.Binary("power", FlushDenormals(c.e, Operand(c, 0, t)), FlushDenormals(c.e, Operand(c, 1, t))))};
 }
 
 // pow.Tensor_Scalar: the exponent is structural. Special cases as torch's CPU kernel takes them:
-// 0 -> 1, 1 -> x; for float32/float64/bfloat16 also 0.5 -> sqrt, -0.5 -> rsqrt, -1 -> 1/x, 2 -> x*x,
-// 3 -> x*x*x, -2 -> 1/(x*x); float16 uses pow for the rest (pow(-0, 0.5) is +0, sqrt(-0) -0).
+// 0 -> 1, 1 -> x; for float32/float64/bfloat16 also 0.5 -> sqrt, -0.5 -> rsqrt, -1 -> 1/x; then the
+// exponent is read in a half type's own precision (bfloat16 x ** 2.003 is x * x), and 2 -> x*x,
+// 3 -> x*x*x, -2 -> 1/(x*x) except for float16, which uses pow for the rest (pow(-0, 0.5) is +0,
+// sqrt(-0) -0).
 std::vector<Val> LowerPowScalar(LowerCtx& c) {
   ElementType t = Compute(c);
   ElementType out = c.out().dtype;
@@ -229,12 +210,13 @@ std::vector<Val> LowerPowScalar(LowerCtx& c) {
     return {Done(c, IntPowConst(c.e, x, static_cast<uint64_t>(p)))};
   }
   bool half = out == ElementType::kF16;
-  if (p == 2 && !half) return {Done(c, Mul(c.e, x, x))};
-  if (p == 3 && !half) return {Done(c, Mul(c.e, Mul(c.e, x, x), x))};
-  if (p == -2 && !half && IsFloating(t)) return {Done(c, Div(c.e, K(c, 1, t), Mul(c.e, x, x)))};
   if (p == -1 && !half) return {Done(c, Div(c.e, K(c, 1, t), x))};
   if (p == 0.5 && !half && IsFloating(t)) return {Done(c, c.e.Unary("sqrt", x))};
   if (p == -0.5 && !half && IsFloating(t)) return {Done(c, c.e.Unary("rsqrt", x))};
+  p = RoundedTo(p, out);
+  if (p == 2 && !half) return {Done(c, Mul(c.e, x, x))};
+  if (p == 3 && !half) return {Done(c, Mul(c.e, Mul(c.e, x, x), x))};
+  if (p == -2 && !half && IsFloating(t)) return {Done(c, Div(c.e, K(c, 1, t), Mul(c.e, x, x)))};
   return {Done(c, c.e.Binary("power", FlushDenormals(c.e, x), K(c, p, t)))};
 }
 
@@ -248,7 +230,7 @@ std::vector<Val> LowerMinimum(LowerCtx& c) {
 }
 std::vector<Val> LowerAtan2(LowerCtx& c) {
   ElementType t = Compute(c);
-  return {Done(c, c.e.Binary("atan2", FlushDenormals(c.e, In(c, 0, t)), FlushDenormals(c.e, In(c, 1, t))))};
+  return {Done(c, c.e.Binary("atan2", FlushDenormals(c.e, Operand(c, 0, t)), FlushDenormals(c.e, Operand(c, 1, t))))};
 }
 
 std::vector<Val> Bitwise(LowerCtx& c, const char* op) {
@@ -311,7 +293,9 @@ std::vector<Val> LowerClampMax(LowerCtx& c) {
 // |w| < 0.5 ? self + w * (end - self) : end + (w - 1) * (end - self).
 std::vector<Val> LowerLerp(LowerCtx& c) {
   ElementType t = Compute(c);
-  Val a = In(c, 0, t), b = In(c, 1, t), w = In(c, 2, t);
+  // lerp.Tensor's weight is an operand like the others; lerp.Scalar's is read as given.
+  Val a = Operand(c, 0, t, {0, 1, 2}), b = Operand(c, 1, t, {0, 1, 2});
+  Val w = c.is_wrapped_number(2) ? In(c, 2, t) : Operand(c, 2, t, {0, 1, 2});
   Val small = c.e.Compare("LT", c.e.Unary("abs", w), K(c, 0.5, t));
   Val coeff = c.e.Select(small, w, Sub(c.e, w, K(c, 1, t)));
   Val base = c.e.Select(small, a, b);

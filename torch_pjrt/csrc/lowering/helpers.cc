@@ -274,8 +274,9 @@ Val WithRow(Emitter& e, const Val& x, const Val& row, const Val& t) {
   return e.DynamicUpdateSlice(x, e.Reshape(row, {1, x.dims()[1], x.dims()[2]}), {t, zero, zero});
 }
 
-Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t, ScalarRead scalars) {
-  ElementType common = ResultType(c, {0, 1});
+Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t, ScalarRead scalars,
+                       std::initializer_list<size_t> operands) {
+  ElementType common = ResultType(c, operands);
   if (c.is_tensor(i) && c.tensor(i).rank() > 0) {
     ElementType dtype = c.tensor(i).dtype();
     if (common != t && dtype != common && dtype != ElementType::kBool) {
@@ -285,6 +286,55 @@ Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t, ScalarRead scalars)
     return Coerce(c.e, c.scalar(i, common), c.out().dims, t);
   }
   return Coerce(c.e, c.scalar(i, t), c.out().dims, t);
+}
+
+Val RoundedTo(Emitter& e, const Val& v, ElementType t) {
+  if (!IsFloating(t) || Opmath(t) == t || v.dtype() == t) return v;
+  return e.Convert(e.Convert(v, t), v.dtype());
+}
+
+// Floor of the exact quotient, from fmod, rather than floor(a / b) (which rounds first: 1 // 0.001f
+// is 999, not 1000), with inf // x = NaN like fmod(inf, x), and a signed zero (or a / b for b == 0)
+// where the quotient is zero.
+Val FloorDivFloat(Emitter& e, const Val& a, const Val& b, ElementType steps) {
+  auto step = [&](const char* op, const Val& x, const Val& y) { return RoundedTo(e, e.Binary(op, x, y), steps); };
+  Val zero = e.Full(0, a.type), one = e.Full(1, a.type), inf = e.Full(INFINITY, a.type);
+  Val quotient = e.Binary("divide", a, b);
+  Val mod = e.Binary("remainder", a, b);  // exact
+  // a - mod is a multiple of b; where a / b overflows, fmod may be inexact: use a itself.
+  Val overflow = e.Binary("and", e.Compare("EQ", e.Unary("abs", quotient), inf),
+                          e.Compare("NE", e.Unary("abs", a), inf));
+  Val div = step("divide", e.Select(overflow, a, step("subtract", a, mod)), b);
+  Val fix = e.Binary("and", e.Compare("NE", mod, zero),
+                     e.Binary("xor", e.Compare("LT", b, zero), e.Compare("LT", mod, zero)));
+  div = e.Select(fix, step("subtract", div, one), div);
+  Val floordiv = e.Unary("floor", div);
+  Val round_up = e.Compare("GT", step("subtract", div, floordiv), e.Full(0.5, a.type));
+  floordiv = e.Select(round_up, step("add", floordiv, one), floordiv);
+  // copysign(0, a / b): 0 * quotient keeps the sign for finite quotients; an infinite quotient
+  // with a zero div cannot occur (div is then inf too).
+  floordiv = e.Select(e.Compare("EQ", div, zero), e.Binary("multiply", zero, quotient), floordiv);
+  return e.Select(e.Compare("EQ", b, zero), quotient, floordiv);
+}
+
+ElementType DivisionSteps(const LowerCtx& c, size_t divisor) {
+  bool single = !c.is_tensor(divisor) || c.tensor(divisor).numel() == 1;
+  return single ? Opmath(c.out().dtype) : c.out().dtype;
+}
+
+double RoundedTo(double v, ElementType t) {
+  if (t != ElementType::kF16 && t != ElementType::kBF16) return v;
+  float f = static_cast<float>(v);
+  if (!std::isfinite(f) || f == 0) return f;
+  bool f16 = t == ElementType::kF16;
+  int precision = f16 ? 11 : 8;     // significand bits
+  int min_exponent = f16 ? -24 : -133;  // the smallest denormal is 2^min_exponent
+  double max = f16 ? 65504.0 : 3.3895313892515355e38;
+  int exponent;
+  std::frexp(f, &exponent);  // f = m * 2^exponent, 0.5 <= |m| < 1
+  double quantum = std::ldexp(1.0, std::max(exponent - precision, min_exponent));
+  double r = std::nearbyint(f / quantum) * quantum;
+  return std::abs(r) > max ? std::copysign(INFINITY, r) : r;
 }
 
 }  // namespace torch_pjrt::lowering

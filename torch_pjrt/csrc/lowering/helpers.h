@@ -17,17 +17,43 @@ ElementType Opmath(ElementType t);
 ElementType ResultType(const LowerCtx& c, std::initializer_list<size_t> arg_indices);
 
 // How a binary op's CPU kernel reads a 0-d tensor or Python number (a CPU scalar) when the common
-// dtype is float16 or bfloat16: add, sub and rsub read it rounded to that dtype, so bfloat16
-// -9984 + 10000.0 is 0 (CPU's remainder, fmod, pow and atan2 do too; their lowerings do not yet);
-// mul and div read the value as given (TensorIterator's original_scalar_value), which is what the
-// other dtypes see in their compute type anyway.
+// dtype is float16 or bfloat16. TensorIterator casts every input to the common dtype first, CPU
+// scalars included, so bfloat16 -9984 + 10000.0 is 0 and x % 0.1003 divides by 0.10009765625.
+// mul and div read their second operand as given (TensorIterator's original_scalar_value), which
+// is what the other dtypes see in their compute type anyway.
 enum class ScalarRead { kAsGiven, kInCommonDtype };
 
-// Argument i of a binary op over arguments 0 and 1 in the compute type `t`, as TensorIterator
+// Argument i of an op over the arguments `operands` in the compute type `t`, as TensorIterator
 // reads it: a dimensioned tensor is cast to the op's common dtype first (an int64 9e18 beside
 // float16 is inf there, not float32's 9e18); a CPU scalar as `scalars` says; inputs of the
 // common dtype and bools are converted to `t` directly.
-Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t, ScalarRead scalars = ScalarRead::kAsGiven);
+Val ThroughCommonDtype(LowerCtx& c, size_t i, ElementType t, ScalarRead scalars = ScalarRead::kAsGiven,
+                       std::initializer_list<size_t> operands = {0, 1});
+
+// An operand of a TensorIterator op (remainder, atan2, pow, xlogy, ...) as its CPU kernel reads
+// it: through the common dtype, CPU scalars included (see ScalarRead).
+inline Val Operand(LowerCtx& c, size_t i, ElementType t, std::initializer_list<size_t> operands = {0, 1}) {
+  return ThroughCommonDtype(c, i, t, ScalarRead::kInCommonDtype, operands);
+}
+
+// v as a Python number reaches a float16 or bfloat16 CPU kernel that reads it in that type
+// (c10's Scalar::to<Half>, through float, rounded to nearest even); other types: v.
+double RoundedTo(double v, ElementType t);
+
+// v rounded to the half type t and back to v's type: the steps that a half type's CPU kernel
+// computes in scalar_t (c10's std::log overload returns the type; Vectorized<BFloat16> and
+// c10::Half arithmetic round after each operation). v itself for other types.
+Val RoundedTo(Emitter& e, const Val& v, ElementType t);
+
+// c10::div_floor_floating, Python's a // b for floats, in a's type; every step rounded to
+// `steps` where that is a half type (see RoundedTo).
+Val FloorDivFloat(Emitter& e, const Val& a, const Val& b, ElementType steps);
+
+// What the steps of torch's floor and trunc division round to (div_floor_kernel, div_trunc_kernel):
+// a half type's own scalar_t math rounds each step, unless the divisor (argument `divisor`) is a
+// single value, which those kernels read as given and divide by in float (the output's dtype or
+// its compute type).
+ElementType DivisionSteps(const LowerCtx& c, size_t divisor);
 
 // Wraps a negative dim; rank 0 tensors accept dims 0 and -1.
 int64_t NormDim(int64_t dim, int64_t rank);

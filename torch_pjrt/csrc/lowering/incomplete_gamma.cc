@@ -208,7 +208,7 @@ Val Igammac(Emitter& e, const Val& a, const Val& x) {
 template <bool kLower>
 std::vector<Val> LowerIncompleteGamma(LowerCtx& c) {
   ElementType t = Compute(c);
-  Val a = In(c, 0, t), x = In(c, 1, t);
+  Val a = Operand(c, 0, t), x = Operand(c, 1, t);
   return {Done(c, kLower ? Igamma(c.e, a, x) : Igammac(c.e, a, x))};
 }
 

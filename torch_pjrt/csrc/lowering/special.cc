@@ -27,6 +27,9 @@ void CheckFloating(ElementType t, const char* op) {
   }
 }
 
+// v rounded to the output's dtype where that is a half type (see RoundedTo).
+Val RoundedToOut(LowerCtx& c, const Val& v) { return RoundedTo(c.e, v, c.out().dtype); }
+
 // ------------------------------------------------------------ predicates and bits
 
 std::vector<Val> LowerSignbit(LowerCtx& c) { return {SignBit(c.e, c.tensor(0))}; }
@@ -99,19 +102,6 @@ std::vector<Val> LowerFMaxMin(LowerCtx& c, bool max) {
 std::vector<Val> LowerFmax(LowerCtx& c) { return LowerFMaxMin(c, true); }
 std::vector<Val> LowerFmin(LowerCtx& c) { return LowerFMaxMin(c, false); }
 
-// c10::div_floor_floating: Python's a // b for floats.
-Val FloorDivFloat(Emitter& e, const Val& a, const Val& b) {
-  Val zero = K(e, 0, a), one = K(e, 1, a);
-  Val mod = e.Binary("remainder", a, b);
-  Val div = Div(e, Sub(e, a, mod), b);
-  Val fix = And(e, Cmp(e, "NE", mod, zero), Cmp(e, "NE", Cmp(e, "LT", b, zero), Cmp(e, "LT", mod, zero)));
-  div = Sel(e, fix, Sub(e, div, one), div);
-  Val fl = e.Unary("floor", div);
-  fl = Sel(e, Cmp(e, "GT", Sub(e, div, fl), K(e, 0.5, a)), Add(e, fl, one), fl);
-  Val basic = Div(e, a, b);
-  fl = Sel(e, Cmp(e, "EQ", div, zero), CopySign(e, zero, basic), fl);
-  return Sel(e, Cmp(e, "EQ", b, zero), basic, fl);
-}
 // c10::div_floor_integer.
 Val FloorDivInt(Emitter& e, const Val& a, const Val& b) {
   Val q = Div(e, a, b);
@@ -122,15 +112,15 @@ Val FloorDivInt(Emitter& e, const Val& a, const Val& b) {
 }
 std::vector<Val> LowerFloorDivide(LowerCtx& c) {  // floor_divide(self, other)
   ElementType t = Compute(c);
-  Val a = ThroughCommonDtype(c, 0, t), b = ThroughCommonDtype(c, 1, t);
-  return {Done(c, IsFloating(t) ? FloorDivFloat(c.e, a, b) : FloorDivInt(c.e, a, b))};
+  Val a = Operand(c, 0, t), b = ThroughCommonDtype(c, 1, t);
+  return {Done(c, IsFloating(t) ? FloorDivFloat(c.e, a, b, DivisionSteps(c, 1)) : FloorDivInt(c.e, a, b))};
 }
 
 // remainder.Scalar_Tensor(Scalar self, Tensor other): the result takes the divisor's sign.
 std::vector<Val> LowerRemainderScalarTensor(LowerCtx& c) {
   ElementType t = Compute(c);
   Emitter& e = c.e;
-  Val a = In(c, 0, t), b = In(c, 1, t);
+  Val a = Operand(c, 0, t), b = Operand(c, 1, t);
   Val r = e.Binary("remainder", a, b);
   Val zero = K(e, 0, r);
   Val fix = And(e, Cmp(e, "NE", r, zero), Cmp(e, "NE", Cmp(e, "LT", r, zero), Cmp(e, "LT", b, zero)));
@@ -144,7 +134,7 @@ std::vector<Val> LowerLogAddExp(LowerCtx& c, bool base2) {
   CheckFloating(c.out().dtype, base2 ? "logaddexp2" : "logaddexp");
   ElementType t = Compute(c);
   Emitter& e = c.e;
-  Val a = In(c, 0, t), b = In(c, 1, t);
+  Val a = Operand(c, 0, t), b = Operand(c, 1, t);
   Val m = Max(e, a, b);
   Val d = Neg(e, Abs(e, Sub(e, a, b)));
   Val r = base2 ? Add(e, m, Mul(e, Log1p(e, Exp2(e, d)), K(e, 1.0 / kLn2, a))) : Add(e, m, Log1p(e, Exp(e, d)));
@@ -154,12 +144,14 @@ std::vector<Val> LowerLogAddExp(LowerCtx& c, bool base2) {
 std::vector<Val> LowerLogaddexp(LowerCtx& c) { return LowerLogAddExp(c, false); }
 std::vector<Val> LowerLogaddexp2(LowerCtx& c) { return LowerLogAddExp(c, true); }
 
-// xlogy / special_xlog1py: NaN if y is NaN, 0 if x == 0, else x * log(y) (log1p(y)).
+// xlogy / special_xlog1py: NaN if y is NaN, 0 if x == 0, else x * log(y) (log1p(y)). For the
+// half types the logarithm is rounded to the type before the product, as c10's std::log overload
+// for them returns the type.
 std::vector<Val> LowerXLog(LowerCtx& c, bool log1p) {
   ElementType t = Compute(c);
   Emitter& e = c.e;
-  Val x = In(c, 0, t), y = In(c, 1, t);
-  Val r = Mul(e, x, log1p ? Log1p(e, y) : Log(e, y));
+  Val x = Operand(c, 0, t), y = Operand(c, 1, t);
+  Val r = Mul(e, x, RoundedToOut(c, log1p ? Log1p(e, y) : Log(e, y)));
   r = Sel(e, Cmp(e, "EQ", x, K(e, 0, x)), K(e, 0, x), r);
   return {Done(c, Sel(e, IsNan(e, y), K(e, NAN, y), r))};
 }
@@ -196,8 +188,8 @@ std::vector<Val> LowerHypot(LowerCtx& c) {
   Val r;
   Val a, b;
   if (out != ElementType::kF64) {
-    a = Abs(e, In(c, 0, ElementType::kF64));
-    b = Abs(e, In(c, 1, ElementType::kF64));
+    a = Abs(e, Operand(c, 0, ElementType::kF64));
+    b = Abs(e, Operand(c, 1, ElementType::kF64));
     r = Sqrt(e, Add(e, Mul(e, a, a), Mul(e, b, b)));
   } else {
     a = Abs(e, In(c, 0, out));
@@ -213,7 +205,8 @@ std::vector<Val> LowerHypot(LowerCtx& c) {
   return {Done(c, Sel(e, any_inf, inf, r))};
 }
 
-// logit(self, eps=None): log(x / (1 - x)) of x clamped to [eps, 1 - eps] when eps >= 0.
+// logit(self, eps=None): log(x / (1 - x)) of x clamped to [eps, 1 - eps] when eps >= 0. The half
+// types round after each operation, as their CPU kernel's Vectorized<scalar_t> math does.
 std::vector<Val> LowerLogit(LowerCtx& c) {
   ElementType t = Compute(c);
   Emitter& e = c.e;
@@ -226,7 +219,7 @@ std::vector<Val> LowerLogit(LowerCtx& c) {
     x = Sel(e, Cmp(e, "LT", x, lo), lo, Sel(e, Cmp(e, "GT", x, hi), hi, x));
   }
   Val one = K(e, 1, x);
-  Val r = Log(e, Div(e, x, Sub(e, one, x)));
+  Val r = Log(e, RoundedToOut(c, Div(e, x, RoundedToOut(c, Sub(e, one, x)))));
   return {Done(c, Sel(e, Cmp(e, "EQ", x, one), K(e, INFINITY, x), r))};
 }
 
@@ -409,7 +402,7 @@ std::vector<Val> LowerEntr(LowerCtx& c) {
   Emitter& e = c.e;
   Val x = In(c, 0, t);
   Val zero = K(e, 0, x);
-  Val r = Neg(e, Mul(e, x, Log(e, x)));
+  Val r = Neg(e, Mul(e, x, RoundedToOut(c, Log(e, x))));  // a half type's log is rounded (see RoundedToOut)
   r = Sel(e, Cmp(e, "EQ", x, zero), zero, r);
   r = Sel(e, Cmp(e, "LT", x, zero), K(e, -INFINITY, x), r);
   return {Done(c, r)};
