@@ -295,6 +295,19 @@ def test_reductions(dtype):
     check(lambda x: (x > 0).all(1), [a], dtype)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sums_of_negative_zeros_are_positive_zero_as_on_the_cpu(dtype):
+    """CPU eager's sums start from +0, so one that comes to zero is +0 (1 / sum is +inf); XLA:CPU
+    starts from the first element and summed negative zeros to -0."""
+    def run(d):
+        z = torch.full((3, 4), -0.0, dtype=dtype, device=d)
+        return [z.sum(), z.sum(1), z[:1].sum(0), z.mean(), z.nansum(), z[:, :1].sum(1),
+                torch.nn.functional.nll_loss(z.float(), torch.tensor([0, 1, 2], device=d), reduction="sum")]
+    cpu, dev = [[t.cpu() for t in run(d)] for d in ("cpu", "pjrt")]
+    for got, want in zip(dev, cpu):
+        assert torch.equal(got.signbit(), want.signbit()) and torch.equal(got, want), (got, want)
+
+
 def test_argmax_ties_and_nan():
     check(lambda x: x.argmax(1), [torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 1.0]])])
     check(lambda x: x.argmax(), [torch.tensor([1.0, float("nan"), 3.0, float("nan")])])

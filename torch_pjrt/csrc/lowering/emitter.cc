@@ -613,7 +613,13 @@ Val Emitter::Reduce(const Val& x, const Val& init, const Dims& dims, std::string
   if (op == "add" && !target_.fast_reductions) {
     if (Val v = RowSumAsDot(x, init, dims); v.valid()) return v;
   }
-  return RawReduce(x, init, dims, op);
+  Val r = RawReduce(x, init, dims, op);
+  if (op == "add" && IsFloating(x.dtype())) {
+    // A float sum that comes to zero is +0 on the CPU, whose accumulators start at +0 (+0 + -0 is
+    // +0); XLA:CPU starts from the first element, so a sum of negative zeros was -0.
+    r = Select(Compare("EQ", r, Full(0, r.type)), Full(0, r.type), r);
+  }
+  return r;
 }
 
 // A float32/64 sum over x's trailing dimensions (at least kMinRow elements per row) as
