@@ -290,6 +290,25 @@ def test_upsample_dtypes(dtype):
         check(lambda x: F.interpolate(x, size=(3, 4), mode="bilinear", antialias=True), [x])
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_upsample_half_types_weigh_as_the_cpu_kernels(dtype):
+    """The generic CPU kernel (linear, trilinear, bicubic) stores weights in the half type, linear's
+    lambda0 as scalar_t's 1 - lambda1: exactly CPU's values. upsample_bilinear2d computes in float
+    with float weights (rounded weights were off by up to 112 bfloat16 ulps); its two passes
+    associate the sum differently from CPU's four-term one, so within an ulp."""
+    g = torch.Generator().manual_seed(0)
+    cases = [((2, 4, 7), dict(scale_factor=1.7, mode="linear")), ((2, 4, 7), dict(size=11, mode="linear", align_corners=True)),
+             ((1, 2, 4, 5, 6), dict(scale_factor=1.5, mode="trilinear")), ((2, 4, 6, 7), dict(size=(9, 9), mode="bicubic"))]
+    for shape, kw in cases:
+        x = torch.randn(shape, generator=g).to(dtype)
+        torch.testing.assert_close(F.interpolate(x.to("pjrt"), **kw).cpu(), F.interpolate(x, **kw), rtol=0, atol=0)
+    x = torch.randn(2, 4, 6, 7, generator=g).to(dtype)
+    ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10  # one ulp, relative, at worst
+    for kw in (dict(scale_factor=1.5, mode="bilinear"), dict(size=(4, 5), mode="bilinear"),
+               dict(size=(9, 10), mode="bilinear", align_corners=True)):
+        torch.testing.assert_close(F.interpolate(x.to("pjrt"), **kw).cpu(), F.interpolate(x, **kw), rtol=ulp, atol=1e-6)
+
+
 def test_upsample_layouts_nonfinite_uint8():
     x = make((2, 3, 6, 7))
     x[0, 0, 2, 3] = float("inf")

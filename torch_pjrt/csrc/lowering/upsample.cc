@@ -6,7 +6,6 @@
 // transposed taps: gathers too, no scatter.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <optional>
 
 #include "lowering/spatial.h"
@@ -222,29 +221,18 @@ Taps ForwardTaps(Mode mode, ElementType t, int64_t in, int64_t out, bool align_c
 bool IsNearest(Mode m) { return m == Mode::kNearest || m == Mode::kNearestExact; }
 bool IsAntialias(Mode m) { return m == Mode::kLinearAA || m == Mode::kCubicAA; }
 
-// Weights of the non-AA modes are stored in the input dtype by the CPU kernels.
-Val ApplyWeighted(Emitter& e, const Val& x, int64_t dim, const Taps& taps, ElementType storage) {
-  if (taps.w.empty() || storage == ElementType::kF32 || storage == ElementType::kF64) {
-    return spatial::ApplyTaps(e, x, dim, taps);
-  }
-  // Round each weight to the storage type on the host side of the graph: emit the product with
-  // rounded weights by rounding the weight constants first.
+// How the CPU kernels weigh a half type's input: the generic separable kernel stores the weights
+// in the input dtype, and linear's lambda0 is scalar_t's 1 - lambda1 (ATen's
+// compute_source_index_and_lambda), so bfloat16 weights are (round(1 - round(l)), round(l)).
+// upsample_bilinear2d computes in float with float weights: its storage is the opmath type.
+Val ApplyWeighted(Emitter& e, const Val& x, int64_t dim, const Taps& taps, ElementType storage, bool linear) {
+  if (taps.w.empty() || Opmath(storage) == storage) return spatial::ApplyTaps(e, x, dim, taps);
   Taps rounded = taps;
   for (auto& row : rounded.w) {
-    for (double& v : row) {
-      float f = static_cast<float>(v);
-      if (storage == ElementType::kBF16) {
-        uint32_t bits;
-        std::memcpy(&bits, &f, 4);
-        uint32_t lsb = (bits >> 16) & 1u;
-        bits += 0x7FFFu + lsb;
-        bits &= 0xFFFF0000u;
-        std::memcpy(&f, &bits, 4);
-      } else if (storage == ElementType::kF16) {
-        f = static_cast<float>(static_cast<_Float16>(f));
-      }
-      v = f;
-    }
+    for (double& v : row) v = RoundedTo(v, storage);
+  }
+  if (linear) {
+    for (size_t o = 0; o < rounded.w[0].size(); ++o) rounded.w[0][o] = RoundedTo(1.0 - rounded.w[1][o], storage);
   }
   return spatial::ApplyTaps(e, x, dim, rounded);
 }
@@ -266,7 +254,9 @@ std::vector<Val> LowerUpsample(LowerCtx& c) {
     if (IsAntialias(mode) && in == out) continue;  // the CPU kernel skips such passes
     Taps taps = ForwardTaps(mode, t == ElementType::kF64 ? t : ElementType::kF32, in, out, align_corners,
                             OptScale(c, scales_at + i));
-    y = IsAntialias(mode) ? spatial::ApplyTaps(c.e, y, d, taps) : ApplyWeighted(c.e, y, d, taps, t);
+    ElementType storage = mode == Mode::kLinear && n == 2 ? Opmath(t) : t;
+    y = IsAntialias(mode) ? spatial::ApplyTaps(c.e, y, d, taps)
+                          : ApplyWeighted(c.e, y, d, taps, storage, mode == Mode::kLinear);
   }
   return {c.e.Convert(y, t)};
 }
