@@ -592,6 +592,18 @@ std::vector<Val> LowerSiluBackward(LowerCtx& c) {  // (grad_output, self)
   // torch's order: dy * s * (1 + x * (1 - s)).
   return {Done(c, Mul(c.e, Mul(c.e, g, s), Add(c.e, K(c, 1, t), Mul(c.e, x, Sub(c.e, K(c, 1, t), s)))))};
 }
+// mish_backward(grad_output, self), CPU's fused kernel in the op-math type (the composite
+// decomposition it replaced rounded every step of a half type): dy * (tanh(softplus(x)) +
+// x * sigmoid(x) * (1 - tanh(softplus(x))^2)).
+std::vector<Val> LowerMishBackward(LowerCtx& c) {
+  ElementType t = Compute(c);
+  Emitter& e = c.e;
+  Val g = In(c, 0, t), x = In(c, 1, t), one = K(c, 1, t);
+  Val sigmoid = Div(e, one, Add(e, one, e.Unary("exponential", e.Unary("negate", x))));
+  Val tanh_sp = e.Unary("tanh", e.Unary("log_plus_one", e.Unary("exponential", x)));
+  Val slope = Mul(e, Mul(e, x, sigmoid), Sub(e, one, Mul(e, tanh_sp, tanh_sp)));
+  return {Done(c, Mul(e, g, Add(e, tanh_sp, slope)))};
+}
 std::vector<Val> LowerSigmoidBackward(LowerCtx& c) {  // (grad_output, output)
   ElementType t = Compute(c);
   Val g = In(c, 0, t), y = In(c, 1, t);
@@ -768,6 +780,7 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("threshold_backward", LowerThresholdBackward);
   r.Add("gelu_backward", LowerGeluBackward);
   r.Add("silu_backward", LowerSiluBackward);
+  r.Add("mish_backward", LowerMishBackward);
   r.Add("sigmoid_backward", LowerSigmoidBackward);
   r.Add("tanh_backward", LowerTanhBackward);
   r.Add("leaky_relu_backward", LowerLeakyReluBackward);
