@@ -126,6 +126,27 @@ def test_host_read_in_the_region_raises():
     assert (x + 1).cpu().tolist() == [2.0] * 3  # the device works after the failed capture
 
 
+def test_a_remembered_read_in_the_region_is_refused_naming_its_line():
+    """transformers' BERT reads attention_mask.all() in every forward; after warm-up that read is
+    answered from memory without a sync, but a replay would not read afresh: the capture refuses
+    the region and names the line of the read."""
+    mask = torch.ones(4, device="pjrt", dtype=torch.long)
+    mask.cpu()
+    w = torch.zeros(4, device="pjrt")
+
+    def step():
+        if bool(mask.all()):  # the read
+            w.add_(1)
+
+    for _ in range(3):
+        step()
+    graph = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match=r"reads a value to the host \(.*test_device_graph.py:\d+ in step\)"):
+        with graph:
+            step()
+    assert w.cpu().tolist() == [3.0] * 4
+
+
 def test_optimizer_without_capturable_raises_like_cuda():
     model = torch.nn.Linear(4, 2).to("pjrt")
     opt = torch.optim.Adam(model.parameters(), capturable=False)

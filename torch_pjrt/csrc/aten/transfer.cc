@@ -4,6 +4,7 @@
 
 #include "aten/lazy_tensor.h"
 #include "aten/torch_errors.h"
+#include "graph/device_graph.h"
 #include "graph/index_checks.h"
 #include "graph/metrics.h"
 #include "graph/read_memo.h"
@@ -35,9 +36,13 @@ at::Tensor Standalone(const at::Tensor& t) {
 // Settles the device's index checks first (reading waits for the graph anyway), so a value
 // computed from an out-of-range index raises instead of being returned.
 std::shared_ptr<runtime::Buffer> MaterializedBuffer(const at::Tensor& t, graph::SyncCause cause) {
+  // Inside a device-graph capture a read can only be a remembered one, which the capture then
+  // refuses, naming this line (found before locking: it runs Python).
+  int device = t.device().index();
+  std::string where = graph::CapturingDeviceGraph(device) ? graph::SourceLocation() : std::string();
   graph::GraphLock lock;
   graph::LazyStorage* s = StorageOf(t);
-  if (s->has_pending()) graph::SyncForRead(s, cause);
+  if (s->has_pending()) graph::SyncForRead(s, cause, std::move(where));
   DeferredErrorPtr failure = graph::ResolveIndexChecks(s->device());
   if (s->error()) RaiseTorchError(*s->error());
   if (s->has_buffer() && s->buffer()->poison()) RaiseTorchError(*s->buffer()->poison());

@@ -160,7 +160,9 @@ std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,
     return nullptr;
   }
   if (trace.uncut_reads != 0) {
-    refusal->reason = "it reads a value to the host (a replay would not read it afresh)";
+    const std::string& where = trace.first_uncut_read;
+    refusal->reason = "it reads a value to the host" + (where.empty() ? std::string() : " (" + where + ")") +
+                      " (a replay would not read it afresh)";
     return nullptr;
   }
   if (const char* stray = FindStrayWrite(trace, inputs, outputs)) {

@@ -285,6 +285,7 @@ void ResetTrace(DeviceTrace& trace) {
   trace.op_nodes = 0;
   trace.host_kernel_nodes = 0;
   trace.uncut_reads = 0;
+  trace.first_uncut_read.clear();
   ++trace.epoch;
 }
 

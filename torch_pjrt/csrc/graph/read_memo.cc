@@ -145,7 +145,7 @@ void ForgetRememberedReads() {
   Entries().clear();
 }
 
-void SyncForRead(LazyStorage* s, SyncCause cause) {
+void SyncForRead(LazyStorage* s, SyncCause cause, std::string where) {
   GraphLock lock;
   Cone cone;
   std::optional<ReadKey> key = KeyOf(s, &cone);
@@ -153,7 +153,8 @@ void SyncForRead(LazyStorage* s, SyncCause cause) {
     if (const Entry* hit = Find(*key)) {
       s->SetBuffer(hit->result);  // the trace no longer writes it (CollectTargets skips it)
       Metrics::Increment(Counter::kRememberedReads);
-      ++Trace(s->device()).uncut_reads;
+      DeviceTrace& trace = Trace(s->device());
+      if (trace.uncut_reads++ == 0) trace.first_uncut_read = std::move(where);
       return;
     }
   }

@@ -14,7 +14,9 @@ namespace torch_pjrt::graph {
 
 // Gives `s` (which has a pending value) a buffer for a read: the remembered one if an earlier
 // read computed the same value from the same buffers, else by syncing its device for `cause`.
-void SyncForRead(LazyStorage* s, SyncCause cause);
+// `where` (the Python line, see SourceLocation) names a remembered read in the refusal of a
+// device-graph capture, whose replays could not repeat it.
+void SyncForRead(LazyStorage* s, SyncCause cause, std::string where = {});
 // Drops every remembered result (their buffers must go before the client, at shutdown).
 void ForgetRememberedReads();
 

@@ -88,6 +88,7 @@ struct DeviceTrace {
   // Reads answered in this epoch without cutting the trace (remembered or computed ahead): a
   // capture refuses such a trace, whose replays would not read afresh.
   int64_t uncut_reads = 0;
+  std::string first_uncut_read;  // where the first was read (file:line, inside a device-graph capture)
 };
 
 DeviceTrace& Trace(int device);
