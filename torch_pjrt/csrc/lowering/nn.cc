@@ -233,8 +233,9 @@ std::vector<Val> BatchNorm(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i, siz
   Dims reduce = AllBut(x.rank(), 1);
   int64_t count = x.numel() / std::max<int64_t>(x.dims()[1], 1);
   Val mean, var;
+  bool half = acc != x.dtype();  // float16/bfloat16, whose statistics CPU sums in float
   if (training) {
-    if (x.dtype() == ElementType::kF64) {
+    if (x.dtype() == ElementType::kF64 || half) {
       mean = e.Binary("divide", SumDims(e, xc, reduce, acc), e.Full(static_cast<double>(count), TensorType{acc, {x.dims()[1]}}));
       Val centered = e.Binary("subtract", xc, PerChannel(e, mean, xc.dims()));
       var = e.Binary("divide", SumDims(e, e.Binary("multiply", centered, centered), reduce, acc),
@@ -262,6 +263,18 @@ std::vector<Val> BatchNorm(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i, siz
     if (!c.is_none(b_i)) beta = e.Convert(c.tensor(b_i), acc);
     beta = e.Binary("subtract", beta, e.Binary("multiply", mean, alpha));
     y = e.Binary("add", e.Binary("multiply", xc, PerChannel(e, alpha, xc.dims())), PerChannel(e, beta, xc.dims()));
+    if (half) {
+      // CPU's half-type kernel rounds x * alpha before adding beta; XLA contracts the two into
+      // an FMA, which leaves the rounding of beta behind: a constant channel of 10000 gave 0.082
+      // instead of 0. The centered form, (x - mean) * alpha + bias, has no such cancellation;
+      // the folded one stays where alpha is not finite (NaN, as on the CPU).
+      Val b = c.is_none(b_i) ? e.Full(0, invstd.type) : e.Convert(c.tensor(b_i), acc);
+      Val centered = e.Binary("add", e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, mean, xc.dims())),
+                                              PerChannel(e, alpha, xc.dims())),
+                              PerChannel(e, b, xc.dims()));
+      Val finite = e.Compare("LT", e.Unary("abs", alpha), e.Full(INFINITY, alpha.type));
+      y = e.Select(PerChannel(e, finite, xc.dims()), centered, y);
+    }
   } else {
     y = e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, mean, xc.dims())), PerChannel(e, invstd, xc.dims()));
     if (!c.is_none(w_i)) y = e.Binary("multiply", y, PerChannel(e, e.Convert(c.tensor(w_i), acc), xc.dims()));
