@@ -334,8 +334,14 @@ std::vector<Val> Softmax(LowerCtx& c, bool log) {  // _softmax(self, dim, half_t
   Val shifted = e.Binary("subtract", xc, Expand(e, ReduceMax(e, xc, {dim}, true), xc.dims(), dim));
   Val ex = e.Unary("exponential", shifted);
   Val sum = Expand(e, SumDims(e, ex, {dim}, acc), xc.dims(), dim);
-  Val r = log ? e.Binary("subtract", shifted, e.Unary("log", sum)) : e.Binary("divide", ex, sum);
-  return {e.Reshape(e.Convert(r, c.out().dtype), c.out().dims)};
+  if (!log) return {e.Reshape(e.Convert(e.Binary("divide", ex, sum), c.out().dtype), c.out().dims)};
+  Val log_sum = e.Unary("log", sum);
+  if (dim == x.rank() - 1) {
+    // CPU's last-dim kernel keeps a half type's sum and its log in the type (scalar_t buffers),
+    // then computes x - max - log_sum in float.
+    log_sum = RoundedTo(e, e.Unary("log", RoundedTo(e, sum, c.out().dtype)), c.out().dtype);
+  }
+  return {e.Reshape(e.Convert(e.Binary("subtract", shifted, log_sum), c.out().dtype), c.out().dims)};
 }
 std::vector<Val> LowerSoftmax(LowerCtx& c) { return Softmax(c, false); }
 std::vector<Val> LowerLogSoftmax(LowerCtx& c) { return Softmax(c, true); }
