@@ -306,15 +306,18 @@ std::vector<Val> LowerLerp(LowerCtx& c) {
 // (value * t1) * t2 + self, which XLA contracts to one fused multiply-add as CPU's kernel does,
 // and self + (value * t1) / t2. The order t1 op t2 first was off by an ulp in 10-30% of the
 // elements, Adam's updates among them.
+// The tensors are read through the common dtype (an int64 9e18 beside float16 is inf there).
 std::vector<Val> LowerAddcmul(LowerCtx& c) {
   ElementType t = Compute(c);
-  Val prod = Mul(c.e, Scaled(c, In(c, 1, t), 3, t), In(c, 2, t));
-  return {Done(c, Add(c.e, prod, In(c, 0, t)))};
+  auto in = [&](size_t i) { return Operand(c, i, t, {0, 1, 2}); };
+  Val prod = Mul(c.e, Scaled(c, in(1), 3, t), in(2));
+  return {Done(c, Add(c.e, prod, in(0)))};
 }
 std::vector<Val> LowerAddcdiv(LowerCtx& c) {
   ElementType t = Compute(c);
-  Val q = Div(c.e, Scaled(c, In(c, 1, t), 3, t), In(c, 2, t));
-  return {Done(c, Add(c.e, In(c, 0, t), q))};
+  auto in = [&](size_t i) { return Operand(c, i, t, {0, 1, 2}); };
+  Val q = Div(c.e, Scaled(c, in(1), 3, t), in(2));
+  return {Done(c, Add(c.e, in(0), q))};
 }
 
 // ------------------------------------------------------------ unary
