@@ -166,7 +166,7 @@ REGRESSIONS = {
     # addcmul/addcdiv cast an int64 tensor to the float16 common dtype first: 9.2e18 is inf there
     # (seed 1834236: inf + (-inf) is NaN on the CPU, inf here).
     "addcmul_int64_beside_half": lambda dev: [
-        f(on(dev, torch.tensor([100.0, float("inf")] * 2, dtype=torch.float16)), on(dev, torch.tensor([3.0, 5.0, 7.0, 1.0], dtype=torch.float16)),
+        f(on(dev, torch.tensor([float("inf"), 100.0] * 2, dtype=torch.float16)), on(dev, torch.tensor([3.0, 5.0, 7.0, 1.0], dtype=torch.float16)),
           on(dev, torch.tensor([-9223372036854775808, 9223372036854775807, 70000, 3])), value=2)
         for f in (torch.addcmul, torch.addcdiv)],
     # Batch norm of a half type's constant channel is 0 on the CPU; the folded x * alpha + beta,
