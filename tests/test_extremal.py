@@ -333,6 +333,7 @@ op("gelu_backward", lambda g, x: aten.gelu_backward(g, x), "binary", "gelu_backw
 op("gelu_backward_tanh", lambda g, x: aten.gelu_backward(g, x, approximate="tanh"), "binary", "gelu_backward",
    tol=8, scale=lambda g, x: g * (x.abs().clamp(max=8) + 1))
 op("silu_backward", aten.silu_backward, "binary", "silu_backward", tol=4)
+op("mish_backward", aten.mish_backward, "binary", "mish_backward", tol=4)
 op("sigmoid_backward", aten.sigmoid_backward, "binary", "sigmoid_backward", tol=2)
 op("tanh_backward", aten.tanh_backward, "binary", "tanh_backward", tol=2)
 op("leaky_relu_backward", lambda g, x: aten.leaky_relu_backward(g, x, 0.2, False), "binary",
