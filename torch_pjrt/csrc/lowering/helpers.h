@@ -19,8 +19,8 @@ ElementType ResultType(const LowerCtx& c, std::initializer_list<size_t> arg_indi
 // How a binary op's CPU kernel reads a 0-d tensor or Python number (a CPU scalar) when the common
 // dtype is float16 or bfloat16. TensorIterator casts every input to the common dtype first, CPU
 // scalars included, so bfloat16 -9984 + 10000.0 is 0 and x % 0.1003 divides by 0.10009765625.
-// mul and div read their second operand as given (TensorIterator's original_scalar_value), which
-// is what the other dtypes see in their compute type anyway.
+// mul, div and floor_divide read their second operand as given (TensorIterator's
+// original_scalar_value), which is what the other dtypes see in their compute type anyway.
 enum class ScalarRead { kAsGiven, kInCommonDtype };
 
 // Argument i of an op over the arguments `operands` in the compute type `t`, as TensorIterator
