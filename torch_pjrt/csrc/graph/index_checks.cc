@@ -61,8 +61,7 @@ class CheckReach {
 void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what,
                    std::optional<int64_t> exempt) {
   Trace(device).checks.push_back(IndexCheck{std::move(indices), std::move(consumer), lo, hi, false,
-                                            CheckError{ErrorKind::kIndex, std::move(what)}, exempt.has_value(),
-                                            exempt.value_or(0)});
+                                            CheckError{ErrorKind::kIndex, std::move(what)}, exempt});
 }
 
 void AddUnitIntervalCheck(int device, Value values, Value consumer, std::string message) {
@@ -88,8 +87,8 @@ Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks) {
     bounds.push_back(c.lo);
     bounds.push_back(c.hi);
     bounds.push_back(c.unit_interval ? 1 : 0);
-    bounds.push_back(c.has_exempt ? 1 : 0);
-    bounds.push_back(c.exempt);
+    bounds.push_back(c.exempt.has_value() ? 1 : 0);
+    bounds.push_back(c.exempt.value_or(0));
   }
   args.push_back(Arg{ArgKind::kIntList, 0, static_cast<uint32_t>(bounds.size()), 0});
   TensorType t{ElementType::kS64, {static_cast<int64_t>(checks.size()), 2}};

@@ -6,6 +6,7 @@
 #include <array>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,8 +61,7 @@ struct IndexCheck {
   int64_t lo = 0, hi = 0;
   bool unit_interval = false;
   CheckError error;
-  bool has_exempt = false;  // `exempt` counts as in range (nll_loss's ignore_index)
-  int64_t exempt = 0;
+  std::optional<int64_t> exempt;  // counts as in range (nll_loss's ignore_index)
 };
 
 // A random op's (seed, offset) value scalars: positions in the trace's u64 slot group. A capture

@@ -48,23 +48,21 @@ Val Sub(Emitter& e, const Val& a, const Val& b) { return e.Binary("subtract", a,
 Val Mul(Emitter& e, const Val& a, const Val& b) { return e.Binary("multiply", a, b); }
 Val Div(Emitter& e, const Val& a, const Val& b) { return e.Binary("divide", a, b); }
 
-// other * alpha, skipping the multiply for the (constant) default alpha of 1. With `rounded`,
-// alpha is read rounded to the result's dtype first (add/sub's half types, see ScalarRead).
-Val Scaled(LowerCtx& c, const Val& other, size_t alpha_index, ElementType t, bool rounded = false) {
+// other * alpha, skipping the multiply for the (constant) default alpha of 1; alpha read as
+// `read` says (add/sub's is an operand, rounded to a half type; addcmul's value is read as given).
+Val Scaled(LowerCtx& c, const Val& other, size_t alpha_index, ElementType t, ScalarRead read = ScalarRead::kAsGiven) {
   if (c.is_none(alpha_index)) return other;
   if (!c.is_tensor(alpha_index) && c.double_arg(alpha_index) == 1.0) return other;
-  if (rounded) return Mul(c.e, other, Coerce(c.e, c.scalar(alpha_index, c.out().dtype), c.out().dims, t));
-  return Mul(c.e, other, In(c, alpha_index, t));
+  return Mul(c.e, other, ThroughCommonDtype(c, alpha_index, t, read));
 }
 
 // add/sub/rsub: a + alpha * b, where CPU's kernel for float16 and bfloat16 reads a CPU scalar and
 // alpha rounded to the result's dtype (ScalarRead) and computes in float.
 std::vector<Val> LowerAddLike(LowerCtx& c, size_t a, size_t b, bool subtract) {
   ElementType t = Compute(c);
-  auto read = [&](size_t i) { return Operand(c, i, t); };
-  bool half = IsFloating(c.out().dtype) && t != c.out().dtype;
-  Val scaled = Scaled(c, read(b), 2, t, half);
-  return {Done(c, subtract ? Sub(c.e, read(a), scaled) : Add(c.e, read(a), scaled))};
+  Val scaled = Scaled(c, Operand(c, b, t), 2, t, ScalarRead::kInCommonDtype);
+  Val base = Operand(c, a, t);
+  return {Done(c, subtract ? Sub(c.e, base, scaled) : Add(c.e, base, scaled))};
 }
 
 // ------------------------------------------------------------ arithmetic
