@@ -117,25 +117,29 @@ def test_graphs_chained_through_a_dropped_tensor():
     assert out.cpu().tolist() == [33.0, 63.0]
 
 
-def test_host_read_in_the_region_raises():
+@pytest.mark.parametrize("read", [
+    lambda x: (x + 1).cpu(),  # results to the host: a replay would not read them
+    lambda x: float(x.exp().exp().exp().exp().exp().sin().cos().tan().log().sum()),  # too much to compute ahead
+], ids=["cpu", "large_item"])
+def test_host_read_in_the_region_raises(read):
     x = torch.ones(3, device="pjrt")
     graph = torch.accelerator.Graph()
     with pytest.raises(RuntimeError, match="while a graph is being captured"):
         with graph:
-            (x + 1).sum().item()
+            read(x)
     assert (x + 1).cpu().tolist() == [2.0] * 3  # the device works after the failed capture
 
 
-def test_a_remembered_read_in_the_region_is_refused_naming_its_line():
-    """transformers' BERT reads attention_mask.all() in every forward; after warm-up that read is
-    answered from memory without a sync, but a replay would not read afresh: the capture refuses
+def test_a_remembered_copy_to_the_host_in_the_region_is_refused_naming_its_line():
+    """A remembered read answers without a sync; a replay would not read afresh. A copy of values to
+    the host (not a scalar the host's control flow reads) cannot be guarded: the capture refuses
     the region and names the line of the read."""
     mask = torch.ones(4, device="pjrt", dtype=torch.long)
     mask.cpu()
     w = torch.zeros(4, device="pjrt")
 
     def step():
-        if bool(mask.all()):  # the read
+        if mask.all().cpu():  # the read
             w.add_(1)
 
     for _ in range(3):
@@ -145,6 +149,48 @@ def test_a_remembered_read_in_the_region_is_refused_naming_its_line():
         with graph:
             step()
     assert w.cpu().tolist() == [3.0] * 4
+
+
+def _masked_step(mask, w):
+    if bool(mask.all()):  # transformers' BERT: skip the attention mask when nothing is padded
+        w.add_(1)
+    else:
+        w.sub_(1)
+    return w * 2
+
+
+@pytest.mark.parametrize("warm_up", [True, False], ids=["remembered", "computed_ahead"])
+def test_a_scalar_read_in_the_region_is_guarded_on_every_replay(warm_up):
+    """A scalar read for the host's control flow (BERT's `attention_mask.all()`) is captured with
+    the value it had; every replay computes it again inside the program. While it is unchanged the
+    replays match the lazy path, one execution each; once it differs, the next read raises naming
+    the read's line, and what that replay wrote raises too (it took the captured branch)."""
+    mask = torch.ones(4, device="pjrt", dtype=torch.long)
+    w = torch.zeros(4, device="pjrt")
+    if warm_up:  # the read is then answered from memory in the capture (as BERT's after warm-up steps)
+        for _ in range(2):
+            _masked_step(mask, w)
+    before = w.cpu().tolist()
+    graph = torch.accelerator.Graph()
+    with graph:
+        out = _masked_step(mask, w)
+    assert w.cpu().tolist() == before  # the capture changed nothing
+    for k in range(1, 3):
+        mask.copy_(torch.tensor([1, 2, 3, 4]))  # new values, still all nonzero
+        with Counters() as c:
+            graph.replay()
+        assert c["Executions"] == 1 and c["NodesTraced"] == 0
+        assert w.cpu().tolist() == [before[0] + k] * 4
+        assert out.cpu().tolist() == [2 * (before[0] + k)] * 4
+    mask.copy_(torch.tensor([1, 0, 1, 1]))  # the lazy path would now take the other branch
+    graph.replay()
+    with pytest.raises(RuntimeError, match=r"read to the host \(at .*test_device_graph.py:\d+ in _masked_step\) is different in this replay"):
+        out.cpu()
+    with pytest.raises(RuntimeError, match="different in this replay"):
+        w.cpu()  # written by the failed replay: spoiled too
+    assert (mask + 1).cpu().tolist() == [2, 1, 2, 2]  # what it did not write is intact
+    w2 = torch.full((4,), 5.0, device="pjrt")
+    assert _masked_step(mask, w2).cpu().tolist() == [8.0] * 4  # the device goes on working
 
 
 def test_optimizer_without_capturable_raises_like_cuda():

@@ -36,8 +36,8 @@ at::Tensor Standalone(const at::Tensor& t) {
 // Settles the device's index checks first (reading waits for the graph anyway), so a value
 // computed from an out-of-range index raises instead of being returned.
 std::shared_ptr<runtime::Buffer> MaterializedBuffer(const at::Tensor& t, graph::SyncCause cause) {
-  // Inside a device-graph capture a read can only be a remembered one, which the capture then
-  // refuses, naming this line (found before locking: it runs Python).
+  // Inside a device-graph capture a read is guarded or refused (graph/read_memo.h), naming this
+  // line (found before locking: it runs Python).
   int device = t.device().index();
   std::string where = graph::CapturingDeviceGraph(device) ? graph::SourceLocation() : std::string();
   graph::GraphLock lock;

@@ -779,7 +779,6 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
 void SyncValue(LazyStorage* s, SyncCause cause) {
   GraphLock lock;
   int device = s->device();
-  if (!SyncAllowedDuringCapture(device, cause, nullptr)) return;
   DeviceTrace& trace = Trace(device);
   DeferredErrorPtr failure = ResolveIndexChecks(device);
   DeviceTrace alone;
@@ -787,13 +786,15 @@ void SyncValue(LazyStorage* s, SyncCause cause) {
   g.targets.push_back(s);
   g.outputs.push_back(failure ? Value() : CopyComputation(trace, s->pending(), &alone));
   if (!g.outputs[0].valid()) {
-    SyncSettledDevice(device, cause, nullptr, failure, /*waited_for_checks=*/true);
+    if (SyncAllowedDuringCapture(device, cause, nullptr)) {
+      SyncSettledDevice(device, cause, nullptr, failure, /*waited_for_checks=*/true);
+    }
     return;
   }
+  // The trace is not cut, so this may run during a device-graph capture (its read is guarded).
   ScopedTimer sync_timer(Timer::kSync);
   Metrics::IncrementNamed(std::string("Sync::") + SyncCauseName(cause));
   Metrics::Increment(Counter::kValuesComputedAhead);
-  ++trace.uncut_reads;
   try {
     RunGraph(device, cause, alone, g, nullptr, /*whole_trace=*/false);
   } catch (const std::exception& e) {

@@ -92,7 +92,9 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record = nullptr);
 // Computes `s`'s pending value alone, in a program of its own, and leaves the rest of the trace
 // pending: a small read (graph/read_memo.h) no longer cuts the step's graph in two. Earlier
 // graphs' index checks are settled first, as for any sync; where one failed, where a check of
-// this trace guards the value or where it reads a poisoned buffer, the whole device syncs instead.
+// this trace guards the value or where it reads a poisoned buffer, the whole device syncs instead
+// (which a device-graph capture refuses, as SyncDevice does). The caller accounts for the uncut read
+// (DeviceTrace::uncut_reads, or a guard during a device-graph capture).
 void SyncValue(LazyStorage* s, SyncCause cause);
 void SyncAllDevices(SyncCause cause);
 // Called as an optimizer step begins: launches `device`'s pending trace (the forward and backward)

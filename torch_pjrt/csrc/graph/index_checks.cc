@@ -74,6 +74,17 @@ void AddValueRangeCheck(int device, Value values, Value consumer, int64_t lo, in
       IndexCheck{std::move(values), std::move(consumer), lo, hi, false, CheckError{ErrorKind::kRuntime, std::move(message)}});
 }
 
+void AddReadGuard(int device, Value computed, Value captured, std::string message) {
+  static const int same_bits = InternalOp("pjrt::same_bits");
+  ArgList args;
+  args.push_back(Arg::Tensor(0));
+  args.push_back(Arg::Tensor(1));
+  Value same = MakeOp(same_bits, device, {computed, captured}, std::move(args), {}, {TensorType{ElementType::kS64, {}}})[0];
+  IndexCheck guard{same, same, 1, 2, false, CheckError{ErrorKind::kRuntime, std::move(message)}};
+  guard.spoils_all = true;
+  Trace(device).checks.push_back(std::move(guard));
+}
+
 Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks) {
   static const int pack = InternalOp("pjrt::index_checks");
   std::vector<Value> inputs;
@@ -102,7 +113,7 @@ std::vector<std::vector<int>> CheckDependents(const std::vector<IndexCheck>& che
   for (size_t o = 0; o < outputs.size(); ++o) {
     const std::vector<uint64_t>& bits = reach.Reach(outputs[o].node.get());
     for (size_t k = 0; k < checks.size(); ++k) {
-      if (bits[k / 64] >> (k % 64) & 1) dependents[k].push_back(static_cast<int>(o));
+      if (checks[k].spoils_all || (bits[k / 64] >> (k % 64) & 1)) dependents[k].push_back(static_cast<int>(o));
     }
   }
   return dependents;

@@ -27,6 +27,12 @@ void AddUnitIntervalCheck(int device, Value values, Value consumer, std::string 
 // else the next sync point raises RuntimeError(message). Caller holds the graph lock.
 void AddValueRangeCheck(int device, Value values, Value consumer, int64_t lo, int64_t hi, std::string message);
 
+// Records that `computed` (a pending value the host read during a device-graph capture) must equal
+// `captured` (the buffer that answered the read), bit for bit, whenever the graph runs; else the
+// next sync point raises RuntimeError(message) and every result of that run is poisoned: a replay
+// repeats what the host traced after reading the captured value. Caller holds the graph lock.
+void AddReadGuard(int device, Value computed, Value captured, std::string message);
+
 // The node computing every check of `trace`: s64[N, 2] rows (in range, an offending index).
 Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks);
 

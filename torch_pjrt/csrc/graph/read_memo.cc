@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graph/device_graph.h"
+#include "graph/index_checks.h"
 #include "graph/metrics.h"
 #include "graph/trace.h"
 
@@ -123,8 +125,12 @@ void Remember(ReadKey key, std::vector<std::weak_ptr<runtime::Buffer>> inputs, s
 // pending outside its computation, and none of the buffers it reads has been overwritten in this
 // trace yet. A loss read after the optimizer's updates, or a copy of results (`.cpu()`), syncs
 // everything in one execution, as before.
+bool CheapToComputeAhead(const Cone& cone) {
+  return cone.ops <= kMaxAheadOps && cone.elements <= kMaxAheadElements;
+}
+
 bool WorthComputingAhead(const LazyStorage* s, SyncCause cause, const ReadKey& key, const Cone& cone) {
-  if (cause != SyncCause::kItem || cone.ops > kMaxAheadOps || cone.elements > kMaxAheadElements) return false;
+  if (cause != SyncCause::kItem || !CheapToComputeAhead(cone)) return false;
   const DeviceTrace& trace = Trace(s->device());
   bool others_pending = false;
   for (const LazyStorage* d : trace.dirty) {
@@ -138,6 +144,33 @@ bool WorthComputingAhead(const LazyStorage* s, SyncCause cause, const ReadKey& k
   return others_pending;
 }
 
+// Whether a read answered without a cut is guarded rather than refused: a scalar read (the host's
+// control flow: BERT's `mask.all()`) during a device-graph capture. A replay computes the value
+// again and checks it against the captured one (AddReadGuard), as torch.compile guards what it
+// traced on. Other reads (`.cpu()` of results, a logged loss) would differ on every replay: the
+// capture refuses them, naming their line.
+bool GuardedInCapture(const LazyStorage* s, SyncCause cause) {
+  return cause == SyncCause::kItem && CapturingDeviceGraph(s->device());
+}
+
+std::string GuardMessage(const std::string& where) {
+  return "pjrt: a value the captured graph read to the host" + (where.empty() ? std::string() : " (at " + where + ")") +
+         " is different in this replay, which repeated what was traced after the captured value: the tensors "
+         "it wrote hold wrong values, and reading them raises this error. Capture the graph again for the new "
+         "value, or read the value outside the captured region.";
+}
+
+// After `s`'s pending value `computed` was answered without cutting the trace (remembered or
+// computed ahead): guards it, or counts it for the capture's refusal.
+void AnsweredWithoutCut(LazyStorage* s, const Value& computed, bool guarded, std::string where) {
+  if (guarded) {
+    AddReadGuard(s->device(), computed, BufferValue(s->buffer()), GuardMessage(where));
+    return;
+  }
+  DeviceTrace& trace = Trace(s->device());
+  if (trace.uncut_reads++ == 0) trace.first_uncut_read = std::move(where);
+}
+
 }  // namespace
 
 void ForgetRememberedReads() {
@@ -149,17 +182,19 @@ void SyncForRead(LazyStorage* s, SyncCause cause, std::string where) {
   GraphLock lock;
   Cone cone;
   std::optional<ReadKey> key = KeyOf(s, &cone);
+  const bool guarded = key && GuardedInCapture(s, cause);
+  const Value computed = s->pending();
   if (key) {
     if (const Entry* hit = Find(*key)) {
       s->SetBuffer(hit->result);  // the trace no longer writes it (CollectTargets skips it)
       Metrics::Increment(Counter::kRememberedReads);
-      DeviceTrace& trace = Trace(s->device());
-      if (trace.uncut_reads++ == 0) trace.first_uncut_read = std::move(where);
+      AnsweredWithoutCut(s, computed, guarded, std::move(where));
       return;
     }
   }
-  if (key && WorthComputingAhead(s, cause, *key, cone)) {
+  if (key && (guarded ? CheapToComputeAhead(cone) : WorthComputingAhead(s, cause, *key, cone))) {
     SyncValue(s, cause);
+    AnsweredWithoutCut(s, computed, guarded, std::move(where));
   } else {
     SyncDevice(s->device(), cause);
   }

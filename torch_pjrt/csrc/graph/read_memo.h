@@ -14,8 +14,9 @@ namespace torch_pjrt::graph {
 
 // Gives `s` (which has a pending value) a buffer for a read: the remembered one if an earlier
 // read computed the same value from the same buffers, else by syncing its device for `cause`.
-// `where` (the Python line, see SourceLocation) names a remembered read in the refusal of a
-// device-graph capture, whose replays could not repeat it.
+// During a device-graph capture a scalar read (`cause` kItem) answered so is guarded: replays
+// compute it again and raise if it differs (AddReadGuard); another kind of read makes the capture
+// refuse the region. `where` (the Python line, see SourceLocation) names the read in either.
 void SyncForRead(LazyStorage* s, SyncCause cause, std::string where = {});
 // Drops every remembered result (their buffers must go before the client, at shutdown).
 void ForgetRememberedReads();

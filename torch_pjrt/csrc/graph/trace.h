@@ -62,6 +62,9 @@ struct IndexCheck {
   bool unit_interval = false;
   CheckError error;
   std::optional<int64_t> exempt;  // counts as in range (nll_loss's ignore_index)
+  // A failure spoils every result of the graph, not only the consumer's dependents: a read guard
+  // (AddReadGuard), whose value steered the host's tracing of everything after it.
+  bool spoils_all = false;
 };
 
 // A random op's (seed, offset) value scalars: positions in the trace's u64 slot group. A capture
@@ -85,8 +88,8 @@ struct DeviceTrace {
   std::vector<LazyStorage*> dirty;  // storages written in this epoch (null once they die)
   int64_t op_nodes = 0;             // op nodes made in this epoch
   int64_t host_kernel_nodes = 0;    // of those, ops that may run as host kernels (OpLowering::host_kernel)
-  // Reads answered in this epoch without cutting the trace (remembered or computed ahead): a
-  // capture refuses such a trace, whose replays would not read afresh.
+  // Reads answered in this epoch without cutting the trace (remembered or computed ahead) and not
+  // guarded (AddReadGuard): a capture refuses such a trace, whose replays would not read afresh.
   int64_t uncut_reads = 0;
   std::string first_uncut_read;  // where the first was read (file:line, inside a device-graph capture)
 };

@@ -358,8 +358,19 @@ std::vector<Val> LowerIndexChecks(LowerCtx& c) {
   return {c.e.Concatenate(rows, 0)};
 }
 
+// same_bits(Tensor a, Tensor b) -> s64[]: 1 if a and b hold the same bytes (NaN payloads and the
+// sign of zero included), else 0. A device-graph read guard (graph::AddReadGuard).
+std::vector<Val> LowerSameBits(LowerCtx& c) {
+  Val a = BitcastFlat(c.e, Flatten(c.e, c.tensor(0)), ElementType::kU8);
+  Val b = BitcastFlat(c.e, Flatten(c.e, c.tensor(1)), ElementType::kU8);
+  if (a.numel() != b.numel()) throw std::logic_error("pjrt::same_bits of values of different sizes");
+  Val equal = c.e.Compare("EQ", a, b);
+  return {c.e.Convert(c.e.Reduce(equal, c.e.Scalar(1, ElementType::kBool), {0}, "and"), ElementType::kS64)};
+}
+
 void RegisterInternalOps(Registry& r) {
   r.Add("pjrt::index_checks", LowerIndexChecks);
+  r.Add("pjrt::same_bits", LowerSameBits);
   r.Add("pjrt::conj", LowerConj);
   r.Add("pjrt::neg", LowerNeg);
   r.Add("pjrt::view_read", LowerViewRead);
