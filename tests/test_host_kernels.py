@@ -231,9 +231,10 @@ def test_a_mostly_dense_backward_stays_one_program_with_its_step():
     assert [(c["Executions"], c["Sync::before_optimizer_step"]) for c in counters] == [(1, 0), (1, 0)]
 
 
-def test_a_captured_convolutional_step_stays_one_program():
-    """A device graph holds the whole step: the launch before the optimizer step is dropped in the
-    capture, as the one after it is."""
+def test_a_captured_convolutional_step_is_two_programs_like_the_lazy_step():
+    """A device graph holds the whole step in two programs, as the lazy step launches it: the
+    forward and backward, then the optimizer's step (one program ran ResNet-18 15-30% slower). The
+    launch after the optimizer step is dropped in the capture."""
     net, step = training(conv_net, "pjrt", capturable=True)
     for _ in range(2):  # lazy warm-up steps (optimizer state made): launched apart
         with Counters() as warm:
@@ -247,7 +248,7 @@ def test_a_captured_convolutional_step_stays_one_program():
     with Counters() as c:
         graph.replay()
         torch.pjrt.synchronize()
-    assert c["Executions"] == 1 and c["NodesTraced"] == 0
+    assert c["Executions"] == 2 and c["NodesTraced"] == 0
     want_losses, want_params, _ = train_steps(conv_net, "cpu", 3)  # the capture runs nothing
     torch.testing.assert_close(static_loss.item(), want_losses[2], rtol=1e-4, atol=1e-5)
     for got, want in zip(net.parameters(), want_params):

@@ -222,13 +222,15 @@ def test_compiled_training_step_matches_cpu_and_replays(name):
         assert traced[0] > 40 and max(traced[2:]) <= 3, traced
 
 
-@pytest.mark.parametrize("name", ["bert", "llama", "lstm"])
+@pytest.mark.parametrize("name", ["bert", "llama", "lstm", "resnet18"])
 def test_graph_captured_training_step_matches_cpu(name):
     """torch.accelerator.Graph over a whole real-model step: replays match CPU eager and trace
-    nothing. BERT reads `attention_mask.all()` to the host in its forward: the capture guards it."""
-    if name != "lstm":
-        pytest.importorskip("transformers")
-    traced = compare(real_models.TEXT_MODELS[name] if name != "lstm" else real_models.lstm, graph=True)
+    nothing. BERT reads `attention_mask.all()` to the host in its forward: the capture guards it.
+    ResNet-18's step (a backward of host kernels) replays as two programs."""
+    pytest.importorskip("timm" if name == "resnet18" else "transformers")
+    builder = {**real_models.TEXT_MODELS, **real_models.VISION_MODELS, **real_models.PLAIN_MODELS}[name]
+    tolerance = dict(rtol=1e-3, atol=1e-4) if name in real_models.VISION_MODELS else {}
+    traced = compare(builder, graph=True, **tolerance)
     assert traced[0] > 40 and traced[2] == 0, traced  # the capture's step traces, replays do not
 
 

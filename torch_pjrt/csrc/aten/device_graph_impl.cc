@@ -33,8 +33,8 @@ class PjrtGraphImpl final : public at::GraphImplInterface {
     TORCH_CHECK(!graph_ && !capturing_, "pjrt: this graph was already captured; call reset() before "
                 "capturing again");
     device_ = CurrentDevice();
-    epoch_ = WithTorchErrors([&] { return graph::BeginDeviceGraphCapture(device_); });
     std::tie(seed_, rng_begin_) = TakeRandomOffsets(device_, 0);
+    WithTorchErrors([&] { graph::BeginDeviceGraphCapture(device_, seed_, rng_begin_); });
     capturing_ = true;
   }
 
@@ -44,14 +44,14 @@ class PjrtGraphImpl final : public at::GraphImplInterface {
     uint64_t rng_end = TakeRandomOffsets(device_, 0).second;
     // The capture ran nothing as far as the program can tell: replays start drawing where it did.
     SetRandomOffset(device_, rng_begin_);
-    graph_ = WithTorchErrors([&] { return graph::EndDeviceGraphCapture(device_, epoch_, seed_, rng_begin_, rng_end); });
+    graph_ = WithTorchErrors([&] { return graph::EndDeviceGraphCapture(device_, rng_end); });
   }
 
   void instantiate() override {}  // capture_end compiled the program
 
   void replay() override {
     TORCH_CHECK(graph_, "pjrt: replay() needs a captured graph (capture_begin() ... capture_end() first)");
-    auto [seed, offset] = TakeRandomOffsets(device_, graph_->captured->rng_increment);
+    auto [seed, offset] = TakeRandomOffsets(device_, graph_->rng_increment);
     WithTorchErrors([&] { graph::ReplayDeviceGraph(*graph_, seed, offset); });
   }
 
@@ -69,7 +69,7 @@ class PjrtGraphImpl final : public at::GraphImplInterface {
  private:
   int device_ = 0;
   bool capturing_ = false;
-  uint64_t epoch_ = 0, seed_ = 0, rng_begin_ = 0;
+  uint64_t seed_ = 0, rng_begin_ = 0;
   std::shared_ptr<graph::DeviceGraph> graph_;
 };
 

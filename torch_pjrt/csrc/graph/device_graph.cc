@@ -16,6 +16,11 @@ namespace {
 struct CaptureState {
   uint64_t first_new_id = 0;  // storages with this id or later were made in the region
   std::unordered_map<const LazyStorage*, std::pair<uint64_t, std::shared_ptr<runtime::Buffer>>> before;
+  uint64_t epoch = 0;                      // the trace epoch of the segment being captured
+  uint64_t rng_seed = 0, rng_begin = 0;    // the default generator's at the capture's start
+  std::vector<GraphSegment> done;          // segments ended by SplitDeviceGraphCapture
+  std::vector<LazyStorage*> written;       // by those segments' runs: put back at the end
+  CaptureRefusal refusal;                  // why a split found the region could not be replayed
 };
 
 std::unordered_map<int, CaptureState>& Captures() {
@@ -101,16 +106,35 @@ void ReadyParams(const CapturedGraph& g, const std::vector<LazyStorage*>& inputs
   if (sync) SyncDevice(g.device, SyncCause::kCompiledCall);
 }
 
+// Captures the trace since `state.epoch` as a segment: runs it once (its writes are put back when
+// the whole capture ends). Draws count from the capture's start in every segment; `rng_end` bounds
+// them (the generator's offset at the capture's end, or unbounded before it).
+std::shared_ptr<CapturedGraph> FinishSegment(int device, CaptureState& state, uint64_t rng_end, GraphSegment* segment,
+                                             CaptureRefusal* refusal) {
+  std::vector<LazyStorage*> touched, written;
+  RegionStorages(device, state.epoch, &touched, &written);
+  std::shared_ptr<CapturedGraph> captured = FinishCapture(device, state.epoch, touched, /*outputs=*/{}, /*scalars=*/{},
+                                                          state.rng_seed, state.rng_begin, rng_end, refusal);
+  state.written.insert(state.written.end(), written.begin(), written.end());
+  if (captured) {
+    segment->captured = captured;
+    for (LazyStorage* s : touched) segment->storages.push_back(Track(s));
+  }
+  return captured;
+}
+
 }  // namespace
 
 DeviceGraph::~DeviceGraph() {
   GraphLock lock;
-  for (const auto& gs : storages) {
-    auto it = Users().find(gs->storage);
-    if (it == Users().end()) continue;
-    auto& list = it->second;
-    list.erase(std::remove(list.begin(), list.end(), gs.get()), list.end());
-    if (list.empty()) Users().erase(it);
+  for (const GraphSegment& segment : segments) {
+    for (const auto& gs : segment.storages) {
+      auto it = Users().find(gs->storage);
+      if (it == Users().end()) continue;
+      auto& list = it->second;
+      list.erase(std::remove(list.begin(), list.end(), gs.get()), list.end());
+      if (list.empty()) Users().erase(it);
+    }
   }
 }
 
@@ -127,19 +151,34 @@ bool MadeBeforeCapture(const LazyStorage* s) {
   return it != Captures().end() && s->id() < it->second.first_new_id;
 }
 
-uint64_t BeginDeviceGraphCapture(int device) {
+void BeginDeviceGraphCapture(int device, uint64_t rng_seed, uint64_t rng_begin) {
   GraphLock lock;
   if (Captures().count(device) > 0) {
     throw std::runtime_error("pjrt: a graph is already being captured on pjrt:" + std::to_string(device) +
                              "; end that capture (capture_end) before starting another");
   }
   SyncDevice(device, SyncCause::kCompiledCall);  // the capture's trace holds the region alone
-  Captures()[device] = SnapshotBuffers(device);
-  return Trace(device).epoch;
+  CaptureState state = SnapshotBuffers(device);
+  state.epoch = Trace(device).epoch;
+  state.rng_seed = rng_seed;
+  state.rng_begin = rng_begin;
+  Captures()[device] = std::move(state);
 }
 
-std::shared_ptr<DeviceGraph> EndDeviceGraphCapture(int device, uint64_t epoch, uint64_t rng_seed,
-                                                   uint64_t rng_begin, uint64_t rng_end) {
+void SplitDeviceGraphCapture(int device) {
+  GraphLock lock;
+  auto found = Captures().find(device);
+  if (found == Captures().end()) return;
+  CaptureState& state = found->second;
+  // A refusal before the launch leaves the trace whole, and capture_end refuses it again; after
+  // the launch (a draw from another generator), capture_end reports it.
+  GraphSegment segment;
+  if (!FinishSegment(device, state, UINT64_MAX, &segment, &state.refusal)) return;
+  state.done.push_back(std::move(segment));
+  state.epoch = Trace(device).epoch;
+}
+
+std::shared_ptr<DeviceGraph> EndDeviceGraphCapture(int device, uint64_t rng_end) {
   GraphLock lock;
   auto found = Captures().find(device);
   if (found == Captures().end()) {
@@ -147,35 +186,36 @@ std::shared_ptr<DeviceGraph> EndDeviceGraphCapture(int device, uint64_t epoch, u
   }
   CaptureState state = std::move(found->second);
   Captures().erase(found);
-  std::vector<LazyStorage*> touched, written;
-  RegionStorages(device, epoch, &touched, &written);
-  CaptureRefusal refusal;
-  std::shared_ptr<CapturedGraph> captured =
-      FinishCapture(device, epoch, touched, /*outputs=*/{}, /*scalars=*/{}, rng_seed, rng_begin, rng_end, &refusal);
-  if (Trace(device).epoch == epoch) SyncDevice(device, SyncCause::kCompiledCall);  // refused before its launch
-  RestoreWritten(written, state);
+  auto g = std::make_shared<DeviceGraph>();
+  g->segments = std::move(state.done);
+  g->rng_increment = rng_end - state.rng_begin;
+  GraphSegment last;
+  CaptureRefusal refusal = state.refusal;
+  bool captured = refusal.reason.empty() && FinishSegment(device, state, rng_end, &last, &refusal);
+  if (Trace(device).epoch == state.epoch) SyncDevice(device, SyncCause::kCompiledCall);  // refused before its launch
+  RestoreWritten(state.written, state);
   if (!captured) {
     throw std::runtime_error("pjrt: the captured region cannot be replayed: " + refusal.reason +
                              ". Keep host reads, CPU fallbacks and data-dependent shapes out of the region.");
   }
-  auto g = std::make_shared<DeviceGraph>();
-  g->captured = std::move(captured);
-  for (LazyStorage* s : touched) g->storages.push_back(Track(s));
+  g->segments.push_back(std::move(last));
   return g;
 }
 
 void ReplayDeviceGraph(const DeviceGraph& g, uint64_t rng_seed, uint64_t rng_offset) {
   GraphLock lock;
-  const CapturedGraph& captured = *g.captured;
-  if (CapturingDeviceGraph(captured.device)) {
-    throw std::runtime_error("pjrt: a graph cannot be replayed while another is being captured on pjrt:" +
-                             std::to_string(captured.device));
+  for (const GraphSegment& segment : g.segments) {
+    const CapturedGraph& captured = *segment.captured;
+    if (CapturingDeviceGraph(captured.device)) {
+      throw std::runtime_error("pjrt: a graph cannot be replayed while another is being captured on pjrt:" +
+                               std::to_string(captured.device));
+    }
+    std::vector<LazyStorage*> inputs;
+    inputs.reserve(segment.storages.size());
+    for (const auto& gs : segment.storages) inputs.push_back(gs->storage);
+    if (captured.compiled) ReadyParams(captured, inputs);
+    Replay(captured, inputs, std::vector<const void*>(inputs.size(), nullptr), rng_seed, rng_offset);
   }
-  std::vector<LazyStorage*> inputs;
-  inputs.reserve(g.storages.size());
-  for (const auto& gs : g.storages) inputs.push_back(gs->storage);
-  if (captured.compiled) ReadyParams(captured, inputs);
-  Replay(captured, inputs, std::vector<const void*>(inputs.size(), nullptr), rng_seed, rng_offset);
 }
 
 void OrphanGraphStorage(LazyStorage* dying) {

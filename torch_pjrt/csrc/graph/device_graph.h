@@ -21,14 +21,22 @@ struct GraphStorage {
   std::shared_ptr<LazyStorage> orphan;
 };
 
+// One program of a device graph and the storages it reads and writes (its inputs, in order).
+struct GraphSegment {
+  std::shared_ptr<CapturedGraph> captured;
+  std::vector<std::shared_ptr<GraphStorage>> storages;
+};
+
 struct DeviceGraph {
   DeviceGraph() = default;
   DeviceGraph(const DeviceGraph&) = delete;
   DeviceGraph& operator=(const DeviceGraph&) = delete;
   ~DeviceGraph();
 
-  std::shared_ptr<CapturedGraph> captured;
-  std::vector<std::shared_ptr<GraphStorage>> storages;  // the captured graph's inputs, in order
+  // Launched in order; usually one. A training step whose backward is mostly host kernels is two:
+  // the forward and backward, then the optimizer (SplitDeviceGraphCapture).
+  std::vector<GraphSegment> segments;
+  uint64_t rng_increment = 0;  // how far a replay advances the generator
 };
 
 // Whether `device` (-1: any device) is capturing a device graph. While it is, syncs raise (a replay could not
@@ -42,18 +50,24 @@ bool CapturingDeviceGraph(int device);
 bool MadeBeforeCapture(const LazyStorage* s);
 
 // Starts capturing on `device`: launches what is pending first, so the capture holds the region
-// alone. Returns the trace epoch EndDeviceGraphCapture checks.
-uint64_t BeginDeviceGraphCapture(int device);
+// alone.
+// The default generator's (seed, offset) at the start are where the region's draws count from.
+void BeginDeviceGraphCapture(int device, uint64_t rng_seed, uint64_t rng_begin);
 
 // Ends the capture: compiles the region's trace (running it once, then putting back every storage
 // it wrote, as they were before the capture) and returns the graph. The generator's offset
-// advanced from `rng_begin` to `rng_end` during the region. Throws std::runtime_error, with the
-// capture ended, when the region cannot be replayed.
-std::shared_ptr<DeviceGraph> EndDeviceGraphCapture(int device, uint64_t epoch, uint64_t rng_seed,
-                                                   uint64_t rng_begin, uint64_t rng_end);
+// advanced to `rng_end` during the region. Throws std::runtime_error, with the capture ended,
+// when the region cannot be replayed.
+std::shared_ptr<DeviceGraph> EndDeviceGraphCapture(int device, uint64_t rng_end);
 
-// Launches `g` with the generator at (seed, offset): one execution (plus one that first gives its
-// inputs buffers of the captured types, when one was written lazily since or reshaped).
+// Ends the capture's current program and starts the next on what it wrote: called where a lazy
+// step would launch its backward apart (LaunchBeforeOptimizerStep), since the same work ran
+// 15-30% slower as one program (ResNet-18 training, docs/design.md "Device graphs"). A region
+// that cannot be split there stays one program.
+void SplitDeviceGraphCapture(int device);
+
+// Launches `g` with the generator at (seed, offset): one execution per segment (plus one that first
+// gives its inputs buffers of the captured types, when one was written lazily since or reshaped).
 void ReplayDeviceGraph(const DeviceGraph& g, uint64_t rng_seed, uint64_t rng_offset);
 
 // Called by a dying storage: device graphs that use it move its contents to their orphan.

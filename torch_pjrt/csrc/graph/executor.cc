@@ -826,7 +826,12 @@ bool HostKernelBound(const DeviceTrace& trace) {
 
 void LaunchBeforeOptimizerStep(int device) {
   GraphLock lock;
-  if (device < NumTracedDevices() && HostKernelBound(Trace(device))) SyncDevice(device, SyncCause::kBeforeOptimizerStep);
+  if (device >= NumTracedDevices() || !HostKernelBound(Trace(device))) return;
+  if (CapturingDeviceGraph(device)) {
+    SplitDeviceGraphCapture(device);  // the graph's backward becomes a program of its own
+  } else {
+    SyncDevice(device, SyncCause::kBeforeOptimizerStep);
+  }
 }
 
 void SyncAllDevices(SyncCause cause) {
