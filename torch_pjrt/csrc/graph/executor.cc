@@ -776,7 +776,7 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   SyncSettledDevice(device, cause, record, wait_for_checks ? ResolveIndexChecks(device) : nullptr, wait_for_checks);
 }
 
-void SyncValue(LazyStorage* s, SyncCause cause) {
+bool SyncValue(LazyStorage* s, SyncCause cause) {
   GraphLock lock;
   int device = s->device();
   DeviceTrace& trace = Trace(device);
@@ -789,7 +789,7 @@ void SyncValue(LazyStorage* s, SyncCause cause) {
     if (SyncAllowedDuringCapture(device, cause, nullptr)) {
       SyncSettledDevice(device, cause, nullptr, failure, /*waited_for_checks=*/true);
     }
-    return;
+    return false;
   }
   // The trace is not cut, so this may run during a device-graph capture (its read is guarded).
   ScopedTimer sync_timer(Timer::kSync);
@@ -801,6 +801,7 @@ void SyncValue(LazyStorage* s, SyncCause cause) {
     s->SetError(DeferredErrorOf(e));
     throw;
   }
+  return true;
 }
 
 std::string PendingGraphText(int device) {

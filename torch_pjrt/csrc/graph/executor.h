@@ -93,9 +93,10 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record = nullptr);
 // pending: a small read (graph/read_memo.h) no longer cuts the step's graph in two. Earlier
 // graphs' index checks are settled first, as for any sync; where one failed, where a check of
 // this trace guards the value or where it reads a poisoned buffer, the whole device syncs instead
-// (which a device-graph capture refuses, as SyncDevice does). The caller accounts for the uncut read
-// (DeviceTrace::uncut_reads, or a guard during a device-graph capture).
-void SyncValue(LazyStorage* s, SyncCause cause);
+// (which a device-graph capture refuses, as SyncDevice does). Returns whether the value was computed
+// ahead; the caller then accounts for the uncut read (DeviceTrace::uncut_reads, or a guard during a
+// device-graph capture).
+bool SyncValue(LazyStorage* s, SyncCause cause);
 void SyncAllDevices(SyncCause cause);
 // Called as an optimizer step begins: launches `device`'s pending trace (the forward and backward)
 // on its own when ops that may run as host kernels are at least one in 20 of its op nodes, so

@@ -119,16 +119,16 @@ void Remember(ReadKey key, std::vector<std::weak_ptr<runtime::Buffer>> inputs, s
   entries.push_back({std::move(key), std::move(inputs), std::move(result)});
 }
 
+bool CheapToComputeAhead(const Cone& cone) {
+  return cone.ops <= kMaxAheadOps && cone.elements <= kMaxAheadElements;
+}
+
 // Whether a first read is computed ahead, alone, leaving the trace uncut (SyncValue), rather than
 // syncing everything: for a scalar read (`.item()`, `bool()`: a value for the host's control flow,
 // like the mask's all()) of a cheap computation, in the middle of a step: other values are
 // pending outside its computation, and none of the buffers it reads has been overwritten in this
 // trace yet. A loss read after the optimizer's updates, or a copy of results (`.cpu()`), syncs
 // everything in one execution, as before.
-bool CheapToComputeAhead(const Cone& cone) {
-  return cone.ops <= kMaxAheadOps && cone.elements <= kMaxAheadElements;
-}
-
 bool WorthComputingAhead(const LazyStorage* s, SyncCause cause, const ReadKey& key, const Cone& cone) {
   if (cause != SyncCause::kItem || !CheapToComputeAhead(cone)) return false;
   const DeviceTrace& trace = Trace(s->device());
@@ -193,8 +193,7 @@ void SyncForRead(LazyStorage* s, SyncCause cause, std::string where) {
     }
   }
   if (key && (guarded ? CheapToComputeAhead(cone) : WorthComputingAhead(s, cause, *key, cone))) {
-    SyncValue(s, cause);
-    AnsweredWithoutCut(s, computed, guarded, std::move(where));
+    if (SyncValue(s, cause)) AnsweredWithoutCut(s, computed, guarded, std::move(where));
   } else {
     SyncDevice(s->device(), cause);
   }
