@@ -303,6 +303,18 @@ std::vector<Val> ComplexAddProduct(LowerCtx& c, const Dims& batch, const Dims& c
   }
   return {r};
 }
+// addr(self, vec1, vec2, *, beta, alpha) of complex values: (alpha * vec1) * vec2 + beta * self.
+std::vector<Val> ComplexAddr(LowerCtx& c) {
+  Emitter& e = c.e;
+  const TensorType& out = c.out();
+  Val v1 = e.BroadcastTo(e.Reshape(ConvertTo(e, c.tensor(1), out.dtype), {out.dims[0], 1}), out.dims);
+  Val v2 = e.BroadcastTo(e.Reshape(ConvertTo(e, c.tensor(2), out.dtype), {1, out.dims[1]}), out.dims);
+  auto alpha = ComplexConstant(c, 4, 1.0), beta = ComplexConstant(c, 3, 1.0);
+  Val r = e.Binary("multiply", e.Binary("multiply", ComplexFull(e, alpha, out), v1), v2);
+  if (beta == std::make_pair(0.0, 0.0)) return {r};
+  Val self = e.BroadcastTo(ConvertTo(e, c.tensor(0), out.dtype), out.dims);
+  return {e.Binary("add", r, e.Binary("multiply", ComplexFull(e, beta, out), self))};
+}
 std::vector<Val> ComplexAddmm(LowerCtx& c) { return ComplexAddProduct(c, {}, {1}, {0}); }
 std::vector<Val> ComplexAddmv(LowerCtx& c) { return ComplexAddProduct(c, {}, {1}, {0}); }
 std::vector<Val> ComplexBaddbmm(LowerCtx& c) { return ComplexAddProduct(c, {0}, {2}, {1}); }
@@ -363,6 +375,7 @@ void RegisterComplexOps(Registry& r) {
   Reroute(r, "lerp.Tensor", 18, Route<18, ComplexLerp, TakesComplexInput>);
   Reroute(r, "logaddexp", 19, Route<19, ComplexLogaddexp, TakesComplexInput>);
   Reroute(r, "addbmm", 20, Route<20, ComplexAddbmm, HasComplexAlphaBeta>);
+  Reroute(r, "addr", 21, Route<21, ComplexAddr, TakesComplexInput>);
 }
 
 }  // namespace torch_pjrt::lowering
