@@ -136,8 +136,11 @@ UNARY = ["neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "f
          "acos", "atanh", "acosh", "lgamma", "digamma"]
 # gelu(+-inf) is NaN in CPU eager's vectorized kernel and +-inf in its scalar one (and pjrt):
 # infinities are kept out of the exact gelu (test_extremal checks it against both paths).
+# hardtanh's gradient at NaN is 0 in CPU eager's vectorized kernel and the incoming gradient in its
+# scalar one (and CUDA's, and pjrt's; seed 1843096): NaN is kept out of it, as out of the shrinks.
 ACTIVATIONS = ["F.gelu({x}.nan_to_num(nan=NAN, posinf=1e4, neginf=-1e4))", "F.gelu({x}, approximate='tanh')", "F.silu({x})", "F.mish({x})", "F.elu({x})",
-               "F.leaky_relu({x}, 0.2)", "F.softplus({x})", "F.hardtanh({x})", "F.hardsigmoid({x})",
+               "F.leaky_relu({x}, 0.2)", "F.softplus({x})", "F.hardtanh({x}.nan_to_num(nan=7.0, posinf=INF, neginf=-INF))",
+               "F.hardsigmoid({x})",
                "F.hardswish({x})", "F.selu({x})"]
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "atan2", "pow", "eq", "ne", "lt", "le", "gt", "ge",
           "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "remainder",
@@ -761,14 +764,14 @@ class Gen:
         activations, normalizations, and [N, C, L] convolutions, pooling and interpolation."""
         d = self.dim(t)
         n = t.shape[-1]
-        # The shrinks' gradient at NaN is 0 in CPU eager's vectorized kernel and the incoming
-        # gradient in its scalar one (and CUDA's, and pjrt's): NaN is kept out of them.
+        # The shrinks' and relu6's (hardtanh's) gradient at NaN is 0 in CPU eager's vectorized kernel
+        # and the incoming gradient in its scalar one (and CUDA's, and pjrt's): NaN is kept out of them.
         no_nan = f"{x}.nan_to_num(nan=7.0, posinf=INF, neginf=-INF)"
         exprs = [f"F.layer_norm({x}, {x}.shape[-1:])", f"F.normalize({x}, dim={d})", f"F.mse_loss({x}, {other()})",
                  f"F.smooth_l1_loss({x}, {other()})", f"F.binary_cross_entropy_with_logits({x}, {other()}.sigmoid())",
                  f"F.pad({x}, (1, 2))", f"F.huber_loss({x}, {other()}, delta=0.5)", f"F.log_softmax({x}, {d}).exp()",
                  f"F.softmin({x}, {d})", f"F.logsigmoid({x})", f"F.softsign({x})", f"F.tanhshrink({x})",
-                 f"F.celu({x}, 0.5)", f"F.relu6({x})", f"F.softshrink({no_nan}, 0.5)", f"F.hardshrink({no_nan}, 0.5)",
+                 f"F.celu({x}, 0.5)", f"F.relu6({no_nan})", f"F.softshrink({no_nan}, 0.5)", f"F.hardshrink({no_nan}, 0.5)",
                  f"F.threshold({x}, 0.5, -2.0)", f"F.rrelu({x}, training=False)",
                  f"F.kl_div({x}, {other()}, reduction='batchmean', log_target=True)",
                  f"F.cosine_similarity({x}, {other()}, dim={d})", f"F.l1_loss({x}, {other()}, reduction='sum')",
