@@ -273,6 +273,10 @@ op("addcmul", lambda a, b, c: torch.addcmul(a, b, c, value=2), "ternary", "addcm
    scale=lambda a, b, c: 2 * b * c, domain=lambda a, b, c: no_fma_overflow(a, b, c, lambda a, b, c: 2 * b * c))
 op("addcdiv", lambda a, b, c: torch.addcdiv(a, b, c, value=-0.5), "ternary", "addcdiv", tol=2,
    scale=lambda a, b, c: 0.5 * b / c, domain=lambda a, b, c: no_fma_overflow(a, b, c, lambda a, b, c: 0.5 * b / c))
+# addr's element (i, i) of diag(a) + 2 * outer(b, c) is a + 2 * b * c, as addcmul's.
+op("addr", lambda a, b, c: torch.addr(torch.diag_embed(a), b, c, beta=0.5, alpha=2 if a.dtype != torch.bool else True)
+   .diagonal(), "ternary", "addr", tol=2,
+   scale=lambda a, b, c: 2 * b * c, domain=lambda a, b, c: no_fma_overflow(a, b, c, lambda a, b, c: 2 * b * c))
 op("pow_scalar_base", lambda x, s: torch.pow(s, x), "scalar", "pow.Scalar", tol=4)
 for _p in [2, 3, 0.5, -0.5, -1, 0, 1.5, -2]:
     op(f"pow_exp_{_p}", lambda x, p=_p: torch.pow(x, p), "unary", "pow.Tensor_Scalar",
