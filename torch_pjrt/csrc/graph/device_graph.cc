@@ -109,18 +109,15 @@ void ReadyParams(const CapturedGraph& g, const std::vector<LazyStorage*>& inputs
 // Captures the trace since `state.epoch` as a segment: runs it once (its writes are put back when
 // the whole capture ends). Draws count from the capture's start in every segment; `rng_end` bounds
 // them (the generator's offset at the capture's end, or unbounded before it).
-std::shared_ptr<CapturedGraph> FinishSegment(int device, CaptureState& state, uint64_t rng_end, GraphSegment* segment,
-                                             CaptureRefusal* refusal) {
+bool FinishSegment(int device, CaptureState& state, uint64_t rng_end, GraphSegment* segment, CaptureRefusal* refusal) {
   std::vector<LazyStorage*> touched, written;
   RegionStorages(device, state.epoch, &touched, &written);
-  std::shared_ptr<CapturedGraph> captured = FinishCapture(device, state.epoch, touched, /*outputs=*/{}, /*scalars=*/{},
-                                                          state.rng_seed, state.rng_begin, rng_end, refusal);
+  segment->captured = FinishCapture(device, state.epoch, touched, /*outputs=*/{}, /*scalars=*/{}, state.rng_seed,
+                                    state.rng_begin, rng_end, refusal);
   state.written.insert(state.written.end(), written.begin(), written.end());
-  if (captured) {
-    segment->captured = captured;
-    for (LazyStorage* s : touched) segment->storages.push_back(Track(s));
-  }
-  return captured;
+  if (!segment->captured) return false;
+  for (LazyStorage* s : touched) segment->storages.push_back(Track(s));
+  return true;
 }
 
 }  // namespace

@@ -752,8 +752,8 @@ void SyncSettledDevice(int device, SyncCause cause, LaunchRecord* record, Deferr
 
 // Whether a sync may run while `device` may be capturing a device graph: the capture's own launch
 // (with a record) may; the optimizer step's launches are dropped (the region holds the whole
-// step, one program); anything else would read or cut the region's trace, which a replay cannot
-// repeat: raises.
+// step; LaunchBeforeOptimizerStep splits a capture itself, SplitDeviceGraphCapture); anything else
+// would read or cut the region's trace, which a replay cannot repeat: raises.
 bool SyncAllowedDuringCapture(int device, SyncCause cause, const LaunchRecord* record) {
   if (record != nullptr || !CapturingDeviceGraph(device)) return true;
   if (cause == SyncCause::kOptimizerStep || cause == SyncCause::kBeforeOptimizerStep) return false;

@@ -80,9 +80,8 @@ void AddReadGuard(int device, Value computed, Value captured, std::string messag
   args.push_back(Arg::Tensor(0));
   args.push_back(Arg::Tensor(1));
   Value same = MakeOp(same_bits, device, {computed, captured}, std::move(args), {}, {TensorType{ElementType::kS64, {}}})[0];
-  IndexCheck guard{same, same, 1, 2, false, CheckError{ErrorKind::kRuntime, std::move(message)}};
-  guard.spoils_all = true;
-  Trace(device).checks.push_back(std::move(guard));
+  AddValueRangeCheck(device, same, same, 1, 2, std::move(message));  // same_bits is 1
+  Trace(device).checks.back().spoils_all = true;
 }
 
 Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks) {

@@ -1,5 +1,5 @@
-// Matrix products: mm, addmm, bmm, baddbmm, mv, dot, and addr's outer product. Products accumulate in opmath (float for
-// half types) through dot_general's result type.
+// Matrix products: mm, addmm, bmm, baddbmm, mv, dot, and addr's outer product. Products
+// accumulate in opmath (float for half types) through dot_general's result type.
 #include "lowering/helpers.h"
 
 namespace torch_pjrt::lowering {
@@ -62,10 +62,9 @@ std::vector<Val> LowerAddr(LowerCtx& c) {
   Emitter& e = c.e;
   const TensorType& out = c.out();
   const ElementType t = Opmath(out.dtype);
-  const bool half = t != out.dtype;
   double alpha = c.is_none(4) ? 1.0 : RoundedTo(c.scalar_constant(4), out.dtype);
   double beta = c.is_none(3) ? 1.0 : RoundedTo(c.scalar_constant(3), out.dtype);
-  auto step = [&](const Val& v) { return half ? RoundedTo(e, v, out.dtype) : v; };
+  auto step = [&](const Val& v) { return RoundedTo(e, v, out.dtype); };  // a no-op unless half
   Val v1 = Coerce(e, e.Reshape(c.tensor(1), {out.dims[0], 1}), out.dims, t);
   Val v2 = Coerce(e, e.Reshape(c.tensor(2), {1, out.dims[1]}), out.dims, t);
   if (t == ElementType::kBool) {
