@@ -36,7 +36,9 @@ def run(kind, inputs, out_shape, op="sum", root=0, devices=tuple(range(N))):
     # execution on all replicas is what the ranks' processes would run.
     assert all(t[0] == texts[0][0] for t in texts), "ranks traced different programs"
     text, scalars = texts[0]
-    return [r[-1] for r in _C._run_all_replicas(text, list(devices), [[t, *scalars] for t in inputs])]
+    # A storage's array is 1-D (docs/design.md, "Flat storages"): inputs and results are flat.
+    results = _C._run_all_replicas(text, list(devices), [[t.reshape(-1), *scalars] for t in inputs])
+    return [r[-1].reshape(out_shape) for r in results]
 
 
 def check_all_reduce():

@@ -84,9 +84,12 @@ bool MayCopyAsync(const at::Tensor& host, const at::Tensor& src, bool non_blocki
   return !host.storage().is_alias_of(src.storage()) || host.is_pinned();
 }
 
+// `whole_storage`: the buffer becomes a storage's array, which is 1-D (docs/design.md, "Flat
+// storages"); otherwise it has the host tensor's shape.
 std::shared_ptr<runtime::Buffer> UploadDense(const at::Tensor& host, ElementType type, int device,
-                                             bool async) {
+                                             bool async, bool whole_storage) {
   std::vector<int64_t> dims(host.sizes().begin(), host.sizes().end());
+  if (whole_storage && dims.size() > 1) dims = {host.numel()};
   graph::ScopedTimer timer(graph::Timer::kTransferToDevice);
   try {
     if (!async) return runtime::Buffer::FromHost(runtime::GetClient(), device, type, dims, host.data_ptr());
@@ -109,12 +112,13 @@ void CopyFromHost(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
   if (host.scalar_type() != dst.scalar_type()) host = host.to(dst.scalar_type());
   if (host.sizes() != dst.sizes()) host = host.expand(dst.sizes());
   host = host.contiguous();
-  std::shared_ptr<runtime::Buffer> buffer = UploadDense(
-      host, ToElementType(dst.scalar_type()), dst.device().index(), MayCopyAsync(host, src, non_blocking));
+  const bool whole_storage = CoversStorage(dst) && !dst.is_conj() && !dst.is_neg();
+  std::shared_ptr<runtime::Buffer> buffer = UploadDense(host, ToElementType(dst.scalar_type()), dst.device().index(),
+                                                        MayCopyAsync(host, src, non_blocking), whole_storage);
   Metrics::Increment(Counter::kTransfersToDevice);
   Metrics::Increment(Counter::kTransferBytesToDevice, static_cast<int64_t>(buffer->nbytes()));
   graph::GraphLock lock;
-  if (CoversStorage(dst) && !dst.is_conj() && !dst.is_neg()) {
+  if (whole_storage) {
     StorageOf(dst)->SetBuffer(std::move(buffer));
   } else {
     WriteValue(dst, graph::BufferValue(std::move(buffer)));

@@ -129,6 +129,8 @@ LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outp
     params.push_back(e.Parameter(p->out0));
     g.arg_types.push_back(p->out0);
   }
+  // The storages the program overwrites (parameters and optimizer state) are updated in 1-D loops.
+  for (const auto& [param, output] : donations) e.MarkFlatSource(params.at(param));
   std::array<Val, kNumElementTypes> slot_groups;
   for (size_t k = 0; k < kNumElementTypes; ++k) {
     if (trace.slot_count[k] == 0) continue;
@@ -204,7 +206,11 @@ LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outp
     memo[n] = std::move(vals);
   }
   std::vector<Val> results;
-  for (const Value& v : outputs) results.push_back(memo.at(v.node.get()).at(v.index));
+  // Every result becomes a storage's array, which is 1-D (docs/design.md, "Flat storages").
+  for (const Value& v : outputs) {
+    const Val& r = memo.at(v.node.get()).at(v.index);
+    results.push_back(r.rank() > 1 ? e.Reshape(r, {r.numel()}) : r);
+  }
   for (const auto& [param, output] : donations) {
     e.SetParameterAttr(param, "tf.aliasing_output = " + std::to_string(output) + " : i32");
   }
@@ -491,7 +497,7 @@ const Node* OverwrittenParam(const DeviceTrace& trace, const PendingGraph& g, si
   const LazyStorage* s = g.targets[o];
   const Node* param = s->param_node;
   if (s->param_epoch != trace.epoch || param == nullptr) return nullptr;
-  return param->out0 == g.outputs[o].type() ? param : nullptr;
+  return param->out0 == StorageArrayType(g.outputs[o].type()) ? param : nullptr;
 }
 
 // Donation: when a storage read its old buffer in this trace and now gets a new value, the old

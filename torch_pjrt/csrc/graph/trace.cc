@@ -120,6 +120,11 @@ DeviceTrace& Trace(int device) {
 
 int NumTracedDevices() { return static_cast<int>(Traces().size()); }
 
+TensorType StorageArrayType(const TensorType& t) {
+  if (t.dims.size() <= 1) return t;
+  return TensorType{t.dtype, {NumElements(t.dims)}};
+}
+
 bool IsContiguous(const Dims& sizes, const Dims& strides) {
   int64_t expected = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
@@ -160,7 +165,7 @@ bool IsZerosValue(const Value& v) {
 // (zero_'s own read of the never-written storage stays a zeros node: its result ignores it.)
 void MaterializeZeros(LazyStorage* s) {
   if (!s->has_pending() || !IsZerosValue(s->pending())) return;
-  s->SetBuffer(ZeroBuffer(s->device(), s->pending().type()));
+  s->SetBuffer(ZeroBuffer(s->device(), StorageArrayType(s->pending().type())));
   ForgetDirty(s);  // no longer written in this trace: its next write orders its output as in step 2
 }
 

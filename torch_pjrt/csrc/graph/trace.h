@@ -106,6 +106,9 @@ struct TensorView {
 };
 
 bool IsContiguous(const Dims& sizes, const Dims& strides);
+// The type of the array a storage holds for a value of type `t`: the same elements, 1-D
+// (docs/design.md, "Flat storages").
+TensorType StorageArrayType(const TensorType& t);
 
 // The whole value of `s` (a parameter for a buffer, zeros if never written). `dtype` is used
 // only for a never-written storage.

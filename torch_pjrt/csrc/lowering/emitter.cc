@@ -234,6 +234,7 @@ Val Emitter::Full(double value, const TensorType& t) {
          TypeString(t));
   }
   if (!std::isnan(value)) non_nan_constants_.insert(v.id);
+  if (t.dims.size() > 1) flat_splats_[FlatKey(v)] = value;
   return v;
 }
 
@@ -245,6 +246,57 @@ Val Emitter::Iota(const TensorType& t, int64_t dim) {
 
 // ---------------------------------------------------------------- elementwise
 
+int64_t Emitter::FlatKey(const Val& v) {
+  if (v.sub >= 0) return -1;  // a result of a multi-result op: never a flat form's holder
+  return (static_cast<int64_t>(v.id) << 1) | (v.is_param ? 1 : 0);
+}
+
+bool Emitter::FlatForm(const Val& v, Val* flat) {
+  if (v.rank() <= 1) return false;
+  int64_t key = FlatKey(v);
+  if (key < 0) return false;
+  if (auto it = flat_forms_.find(key); it != flat_forms_.end()) {
+    *flat = it->second;
+    return true;
+  }
+  Dims n{v.numel()};
+  if (auto it = flat_splats_.find(key); it != flat_splats_.end()) {
+    *flat = Full(it->second, TensorType{v.dtype(), n});
+    return true;
+  }
+  if (auto it = flat_broadcasts_.find(key); it != flat_broadcasts_.end()) {
+    *flat = BroadcastInDim(Reshape(it->second, {}), n, {});
+    return true;
+  }
+  return false;
+}
+
+std::vector<Val> Emitter::FlatOperands(std::initializer_list<Val> operands) {
+  bool any_reshape = false;
+  for (const Val& v : operands) {
+    if (v.rank() <= 1) return {};
+    any_reshape |= flat_forms_.count(FlatKey(v)) > 0;
+  }
+  if (!any_reshape) return {};
+  std::vector<Val> flat;
+  for (const Val& v : operands) {
+    Val f;
+    flat.push_back(FlatForm(v, &f) ? f : Reshape(v, {v.numel()}));
+  }
+  return flat;
+}
+
+void Emitter::MarkFlatSource(const Val& param) {
+  if (param.rank() == 1) flat_values_.insert(FlatKey(param));
+}
+
+Val Emitter::Unflatten(const Val& flat, const Dims& dims) {
+  flat_values_.insert(FlatKey(flat));
+  Val v = Reshape(flat, dims);
+  if (log_foldable_.count(flat.id) > 0 && !flat.is_param && flat.sub < 0) log_foldable_.insert(v.id);
+  return v;
+}
+
 Val Emitter::Unary(std::string_view op, const Val& x) {
   if (op == "log" && !x.is_param && x.sub < 0 && log_foldable_.count(x.id) > 0) return LogOfFoldable(x);
   Val v = RawUnary(op, x);
@@ -253,6 +305,7 @@ Val Emitter::Unary(std::string_view op, const Val& x) {
 }
 
 Val Emitter::RawUnary(std::string_view op, const Val& x) {
+  if (auto f = FlatOperands({x}); !f.empty()) return Unflatten(RawUnary(op, f[0]), x.dims());
   Val v = NewValue(x.type);
   Line(Name(v) + " = stablehlo." + std::string(op) + " " + Name(x) + " : " + TypeString(x.type));
   return v;
@@ -311,6 +364,7 @@ std::string_view BoolOp(std::string_view op, ElementType t) {
 }  // namespace
 
 Val Emitter::RawBinary(std::string_view op_name, const Val& a, const Val& b) {
+  if (auto f = FlatOperands({a, b}); !f.empty()) return Unflatten(RawBinary(op_name, f[0], f[1]), a.dims());
   std::string_view op = BoolOp(op_name, a.dtype());
   Val v = NewValue(a.type);
   Line(Name(v) + " = stablehlo." + std::string(op) + " " + Name(a) + ", " + Name(b) + " : " +
@@ -320,6 +374,7 @@ Val Emitter::RawBinary(std::string_view op_name, const Val& a, const Val& b) {
 }
 
 Val Emitter::Compare(std::string_view direction, const Val& a, const Val& b) {
+  if (auto f = FlatOperands({a, b}); !f.empty()) return Unflatten(Compare(direction, f[0], f[1]), a.dims());
   Val v = NewValue(TensorType{ElementType::kBool, a.dims()});
   Line(Name(v) + " = stablehlo.compare " + std::string(direction) + ", " + Name(a) + ", " +
        Name(b) + ", " + CompareType(a.dtype()) + " : (" + TypeString(a) + ", " + TypeString(b) +
@@ -328,6 +383,9 @@ Val Emitter::Compare(std::string_view direction, const Val& a, const Val& b) {
 }
 
 Val Emitter::Select(const Val& pred, const Val& on_true, const Val& on_false) {
+  if (auto f = FlatOperands({pred, on_true, on_false}); !f.empty()) {
+    return Unflatten(Select(f[0], f[1], f[2]), on_true.dims());
+  }
   Val v = NewValue(on_true.type);
   Line(Name(v) + " = stablehlo.select " + Name(pred) + ", " + Name(on_true) + ", " +
        Name(on_false) + " : " + TypeString(pred) + ", " + TypeString(on_true));
@@ -335,6 +393,9 @@ Val Emitter::Select(const Val& pred, const Val& on_true, const Val& on_false) {
 }
 
 Val Emitter::Clamp(const Val& lo, const Val& x, const Val& hi) {
+  if (lo.dims() == x.dims() && hi.dims() == x.dims()) {
+    if (auto f = FlatOperands({lo, x, hi}); !f.empty()) return Unflatten(Clamp(f[0], f[1], f[2]), x.dims());
+  }
   Val v = NewValue(x.type);
   Line(Name(v) + " = stablehlo.clamp " + Name(lo) + ", " + Name(x) + ", " + Name(hi) + " : (" +
        TypeString(lo) + ", " + TypeString(x) + ", " + TypeString(hi) + ") -> " + TypeString(x));
@@ -385,6 +446,7 @@ Val Emitter::Convert(const Val& x, ElementType t) {
     Line(Name(v) + " = stablehlo.convert " + Name(wide) + " : (" + TypeString(wide) + ") -> " + TypeString(v));
     return v;
   }
+  if (auto f = FlatOperands({x}); !f.empty()) return Unflatten(Convert(f[0], t), x.dims());
   Val v = NewValue(TensorType{t, x.dims()});
   Line(Name(v) + " = stablehlo.convert " + Name(x) + " : (" + TypeString(x) + ") -> " +
        TypeString(v));
@@ -402,9 +464,11 @@ Val Emitter::BitcastConvert(const Val& x, const TensorType& t) {
 
 Val Emitter::Reshape(const Val& x, const Dims& dims) {
   if (x.dims() == dims) return x;
+  if (auto it = flat_forms_.find(FlatKey(x)); it != flat_forms_.end()) return Reshape(it->second, dims);
   Val v = NewValue(TensorType{x.dtype(), dims});
   Line(Name(v) + " = stablehlo.reshape " + Name(x) + " : (" + TypeString(x) + ") -> " +
        TypeString(v));
+  if (dims.size() > 1 && x.rank() == 1 && flat_values_.count(FlatKey(x)) > 0) flat_forms_[FlatKey(v)] = x;
   return v;
 }
 
@@ -417,6 +481,7 @@ Val Emitter::BroadcastInDim(const Val& x, const Dims& out_dims, const Dims& mapp
   Val v = NewValue(TensorType{x.dtype(), out_dims});
   Line(Name(v) + " = stablehlo.broadcast_in_dim " + Name(x) + ", dims = " + DimsString(mapping) +
        " : (" + TypeString(x) + ") -> " + TypeString(v));
+  if (out_dims.size() > 1 && x.numel() == 1) flat_broadcasts_[FlatKey(v)] = x;
   return v;
 }
 

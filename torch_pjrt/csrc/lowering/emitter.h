@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -69,6 +70,9 @@ class Emitter {
 
   // ---- module structure
   Val Parameter(const TensorType& t);
+  // Marks a 1-D parameter whose reshapes have flat forms (see FlatForm): a storage the program
+  // overwrites, such as an optimizer's parameters and state.
+  void MarkFlatSource(const Val& param);
   // Attribute dictionary entries for parameter `index`, e.g. "tf.aliasing_output = 0 : i32".
   void SetParameterAttr(int index, std::string attr);
   // The whole module, returning `results` from @main.
@@ -207,6 +211,19 @@ class Emitter {
   // The precision attribute's value for a dot/convolution on `operand_type` ("" for none).
   std::string_view PrecisionFor(ElementType operand_type, std::string_view override_precision) const;
 
+  // Flat forms (docs/design.md, "Flat storages"): a value of rank > 1 that is a reshape of a flat
+  // source (MarkFlatSource), or the result of an elementwise op emitted in 1-D, has that 1-D
+  // value as its flat form; a splat constant or a broadcast scalar of rank > 1 has a 1-D one made
+  // when asked for. An elementwise op with an operand that has a flat form from a source is
+  // emitted in 1-D, its other operands reshaped, so that an in-place update of storages (an
+  // optimizer step) compiles to 1-D loops, which XLA:CPU vectorizes whatever the tensors'
+  // trailing dims, and its results share one shape (XLA fuses multi-output loops only then).
+  static int64_t FlatKey(const Val& v);
+  bool FlatForm(const Val& v, Val* flat);
+  // The operands' flat forms, or an empty vector where the op stays in its own shape.
+  std::vector<Val> FlatOperands(std::initializer_list<Val> operands);
+  // `flat` (a 1-D result) as a value of `dims`, with `flat` as its flat form.
+  Val Unflatten(const Val& flat, const Dims& dims);
   bool NeedsExplicitNan(std::string_view op, ElementType t) const;
   Val NanPropagating(const Val& m, const Val& a, const Val& b);
   bool IsNonNanConstant(const Val& v) const;
@@ -218,6 +235,10 @@ class Emitter {
   std::unordered_set<int> non_nan_constants_;  // ids of constants that are not NaN
   std::unordered_map<int32_t, Val> transposed_2d_;  // result id -> operand, for DotGeneral
   std::unordered_set<int32_t> log_foldable_;  // float power / exponential results (LogOfFoldable)
+  std::unordered_set<int64_t> flat_values_;            // FlatKeys of flat sources and 1-D results
+  std::unordered_map<int64_t, Val> flat_forms_;        // FlatKey -> the 1-D value it reshapes
+  std::unordered_map<int64_t, double> flat_splats_;    // FlatKey -> a splat constant's value
+  std::unordered_map<int64_t, Val> flat_broadcasts_;   // FlatKey -> the one-element value broadcast
   std::string body_;
   std::vector<TensorType> params_;
   Dims replica_devices_;  // empty: an ordinary single-replica program
