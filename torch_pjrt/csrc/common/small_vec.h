@@ -142,4 +142,15 @@ inline int64_t NumElements(const Dims& dims) {
   return n;
 }
 
+// Whether `strides` (in elements) are row-major for `sizes`; dims of size 1 may have any stride.
+inline bool IsContiguous(const Dims& sizes, const Dims& strides) {
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
 }  // namespace torch_pjrt

@@ -125,16 +125,6 @@ TensorType StorageArrayType(const TensorType& t) {
   return TensorType{t.dtype, {NumElements(t.dims)}};
 }
 
-bool IsContiguous(const Dims& sizes, const Dims& strides) {
-  int64_t expected = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    if (sizes[i] == 1) continue;
-    if (strides[i] != expected) return false;
-    expected *= sizes[i];
-  }
-  return true;
-}
-
 int InternalOp(const char* name) {
   int op = lowering::FindLowering(name);
   if (op < 0) throw std::logic_error(std::string("internal op missing from the lowering table: ") + name);

@@ -105,7 +105,6 @@ struct TensorView {
   int64_t offset = 0;
 };
 
-bool IsContiguous(const Dims& sizes, const Dims& strides);
 // The type of the array a storage holds for a value of type `t`: the same elements, 1-D
 // (docs/design.md, "Flat storages").
 TensorType StorageArrayType(const TensorType& t);

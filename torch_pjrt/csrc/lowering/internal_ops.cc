@@ -110,24 +110,13 @@ Val FitLength(Emitter& e, const Val& flat, int64_t n) {
   return e.Pad(flat, e.Scalar(0, flat.dtype()), {0}, {n - have}, {0});
 }
 
-// Whether `strides` are row-major for `sizes` (dims of size 1 may have any stride).
-bool RowMajor(const Dims& sizes, const Dims& strides) {
-  int64_t expected = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    if (sizes[i] == 1) continue;
-    if (strides[i] != expected) return false;
-    expected *= sizes[i];
-  }
-  return true;
-}
-
 // Reads the view (sizes, strides, offset) of the flat storage array `flat`.
 Val ReadView(Emitter& e, const Val& flat, const Dims& sizes, const Dims& strides, int64_t offset) {
   TensorType out{flat.dtype(), sizes};
   if (NumElements(sizes) == 0) return e.Full(0, out);
   // The whole array in row-major order (a contiguous tensor's read of its storage): a reshape, so
   // that the emitter knows the result's flat form.
-  if (offset == 0 && flat.dims()[0] == NumElements(sizes) && RowMajor(sizes, strides)) return e.Reshape(flat, sizes);
+  if (offset == 0 && flat.dims()[0] == NumElements(sizes) && IsContiguous(sizes, strides)) return e.Reshape(flat, sizes);
   StridedPlan p = PlanView(sizes, strides);
   if (!p.regular) {
     Val idx = ViewIndices(e, sizes, strides, offset);
