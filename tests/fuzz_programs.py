@@ -767,7 +767,11 @@ class Gen:
         # The shrinks' and relu6's (hardtanh's) gradient at NaN is 0 in CPU eager's vectorized kernel
         # and the incoming gradient in its scalar one (and CUDA's, and pjrt's): NaN is kept out of them.
         no_nan = f"{x}.nan_to_num(nan=7.0, posinf=INF, neginf=-INF)"
-        exprs = [f"F.layer_norm({x}, {x}.shape[-1:])", f"F.normalize({x}, dim={d})", f"F.mse_loss({x}, {other()})",
+        # A normalization of a (nearly) constant group is rounding noise times 1/sqrt(eps): CPU
+        # eager computes x * invstd - mean * invstd unfused (+2^-11 for a row of 94s), pjrt fused
+        # (-2^-11), both of an exact 0. Such groups are kept out of the normalizations.
+        norms = [f"F.layer_norm({x}, {x}.shape[-1:])"] if spread_groups(t.reshape(-1, n) if n else t) else []
+        exprs = norms + [f"F.normalize({x}, dim={d})", f"F.mse_loss({x}, {other()})",
                  f"F.smooth_l1_loss({x}, {other()})", f"F.binary_cross_entropy_with_logits({x}, {other()}.sigmoid())",
                  f"F.pad({x}, (1, 2))", f"F.huber_loss({x}, {other()}, delta=0.5)", f"F.log_softmax({x}, {d}).exp()",
                  f"F.softmin({x}, {d})", f"F.logsigmoid({x})", f"F.softsign({x})", f"F.tanhshrink({x})",
@@ -781,8 +785,10 @@ class Gen:
             exprs += [f"F.cross_entropy({x}.flatten(1, -1)[:, :{n}], torch.tensor({targets}, device=dev), "
                       f"label_smoothing={self.d.choice([0.0, 0.1])})",
                       f"F.nll_loss({x}.flatten(1, -1)[:, :{n}], torch.tensor({targets}, device=dev))",
-                      f"F.group_norm({x}, 1)", f"F.prelu({x}, mk([0.25], (1,), {dtype_str(t)}, 'c', dev))"]
-            if t.shape[0] > 1 or t.dim() > 2:
+                      f"F.prelu({x}, mk([0.25], (1,), {dtype_str(t)}, 'c', dev))"]
+            if spread_groups(t.flatten(1)):
+                exprs.append(f"F.group_norm({x}, 1)")
+            if (t.shape[0] > 1 or t.dim() > 2) and spread_groups(t.transpose(0, 1).flatten(1)):
                 exprs.append(f"F.batch_norm({x}, None, None, training=True)")
         if t.numel() > 0 and self.d.int(0, 1 if t.dim() == 3 else 2) == 0:
             # [N, C, L] ops: half of a 3-d tensor's draws, a third of others', on their elements as
@@ -798,12 +804,17 @@ class Gen:
         k = self.d.int(1, n)
         w = [self.d.choice(GRAD_WEIGHTS) for _ in range(2 * c * k)]
         weight = f"mk([{', '.join(fmt(v) for v in w)}], (2, {c}, {k}), {dtype_str(t)}, 'c', dev)"
-        return self.d.choice([f"F.conv1d({x}, {weight}, padding={self.d.int(0, k - 1)}, stride={self.d.int(1, 2)})",
-                              f"F.avg_pool1d({x}, {k}, stride={self.d.int(1, 2)})",
-                              f"F.max_pool1d({x}, {k}, stride={self.d.int(1, 2)})",
-                              f"F.adaptive_avg_pool1d({x}, {self.d.int(1, 3)})",
-                              f"F.interpolate({x}, scale_factor=2, mode={self.d.choice(['nearest', 'linear'])!r})",
-                              f"F.instance_norm({x})"])
+        # CPU eager's float16/bfloat16 convolution gives NaN beside an infinite input where its
+        # float32 and float64 ones (and pjrt's) give +-inf: infinities are kept out of those.
+        conv_in = f"{x}.clamp(-1e4, 1e4)" if t.dtype in (torch.float16, torch.bfloat16) else x
+        exprs = [f"F.conv1d({conv_in}, {weight}, padding={self.d.int(0, k - 1)}, stride={self.d.int(1, 2)})",
+                 f"F.avg_pool1d({x}, {k}, stride={self.d.int(1, 2)})",
+                 f"F.max_pool1d({x}, {k}, stride={self.d.int(1, 2)})",
+                 f"F.adaptive_avg_pool1d({x}, {self.d.int(1, 3)})",
+                 f"F.interpolate({x}, scale_factor=2, mode={self.d.choice(['nearest', 'linear'])!r})"]
+        if spread_groups(t.reshape(-1, n)):
+            exprs.append(f"F.instance_norm({x})")
+        return self.d.choice(exprs)
 
     def op_nn(self):
         """A torch.nn.functional op, forward only (the grad kind takes the same ops' gradients)."""
@@ -822,6 +833,18 @@ class Gen:
         # reshape/flatten (which clones) fails with "view size is not compatible".
         k = "clone()" if self.t(x).is_contiguous() and self.d.int(0, 1) else "detach()"
         return self.emit(f"{self.new()} = {x}.{k}")
+
+
+def spread_groups(groups):
+    """Whether every row of `groups` (one normalization group each) has at least two values and
+    a spread above a thousandth of its magnitude, or a value that is not finite."""
+    g = groups.double()
+    if g.dim() != 2 or g.numel() == 0:
+        return g.dim() == 2  # no group has a value: nothing to normalize
+    if g.shape[1] < 2:
+        return False
+    spread = g.amax(1) - g.amin(1)
+    return bool((~torch.isfinite(g).all(1) | (spread > 1e-3 * g.abs().amax(1))).all())
 
 
 def dtype_str(t):

@@ -307,6 +307,23 @@ def test_logcumsumexp(dtype):
           False, dtype)
 
 
+def test_cumprod_gradient_with_infinities_beside_zeros_matches_torchs_masks():
+    # torch sums a position's terms only up to the next zero: an infinity before a zero gives an
+    # infinite gradient there, not inf * 0 = NaN (found by fuzzing, seed 1870856).
+    inf, nan = math.inf, math.nan
+    rows = [[-2.5, -inf, 0.0, 100.0], [inf, 2.0, 0.0, 3.0], [2.0, 3.0, 0.0, inf, 0.0, 4.0], [3.0, 0.0, inf, 2.0],
+            [nan, 0.0, 1.0, 2.0], [0.0, 0.0, 5.0, inf]]
+    for dtype in (torch.float32, torch.float64, torch.complex64):
+        for row in rows:
+            x = torch.tensor([row, row[::-1]], dtype=torch.float64).to(dtype)
+            g = torch.randn(x.shape, dtype=dtype)
+            for dim, xs, gs in ((1, x, g), (0, x.t().contiguous(), g.t().contiguous())):
+                expected = torch.autograd.grad(torch.cumprod(xs.requires_grad_(), dim), xs, gs)[0]
+                xd = xs.detach().to(D).requires_grad_()
+                actual = torch.autograd.grad(torch.cumprod(xd, dim), xd, gs.to(D))[0].cpu()
+                torch.testing.assert_close(actual, expected, equal_nan=True, msg=f"{dtype} {row} dim {dim}")
+
+
 def test_scan_gradients_including_cumprod_with_zeros_and_double_backward():
     def grads(fn, x, g, create_graph=False):
         x = x.detach().requires_grad_()

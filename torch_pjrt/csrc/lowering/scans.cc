@@ -128,35 +128,45 @@ Val Conj(Emitter& e, const Val& x) {
   return MakeComplex(e, RealPart(e, x), e.Unary("negate", ImagPart(e, x)), x.type);
 }
 
-// cumprod_backward(grad, input, dim, output), without torch's host sync on "any zero?":
-// before the first zero z of a slice, dx_k = sum_{j>=k} g_j y_j / x_k (y_j is 0 from z on);
-// at z, dx_z = sum_{j>=z} g_j y'_j with y' the cumprod of x with x_z replaced by 1; after z, 0.
-// Complex inputs use conjugates (the map is holomorphic).
+// cumprod_backward(grad, input, dim, output), torch's formula without its host sync on "any
+// zero?". With z the first zero of a slice and w = g * y: before z, dx_k = sum_{k<=j<z} w_j / x_k;
+// at z, dx_z = y_{z-1} * sum_{z<=j<z2} g_j prod_{z<i<=j} x_i (z2 the next zero); after z, 0. The
+// sums stop where torch's masks do, so an infinity before a zero gives what torch gives (inf, not
+// inf * 0). Complex inputs use conjugates (the map is holomorphic).
 std::vector<Val> LowerCumprodBackward(LowerCtx& c) {
   Emitter& e = c.e;
   Val g = c.tensor(0), x = c.tensor(1), y = c.tensor(3);
   const TensorType& out = c.out();
   if (x.numel() <= 1) return {Coerce(e, g, out)};
   int64_t dim = NormDim(c.int_arg(2), x.rank());
-  if (x.dims()[dim] == 1) return {Coerce(e, g, out)};
+  int64_t n = x.dims()[dim];
+  if (n == 1) return {Coerce(e, g, out)};
   ElementType acc = Opmath(out.dtype);
   Val gc = Coerce(e, g, x.dims(), acc);
   Val xc = Conj(e, e.Convert(x, acc));
   Val yc = Conj(e, Coerce(e, y, x.dims(), acc));
-  Val zero = e.Full(0, xc.type);
+  Val zero = e.Full(0, xc.type), one = e.Full(1, xc.type);
   Val is_zero = e.Compare("EQ", xc, zero);
   Val zeros_so_far = CumulativeSum(e, e.Convert(is_zero, ElementType::kS32), dim);
   TensorType st{ElementType::kS32, x.dims()};
   Val before = e.Compare("EQ", zeros_so_far, e.Full(0, st));
-  Val first_zero = e.Binary("and", is_zero, e.Compare("EQ", zeros_so_far, e.Full(1, st)));
+  Val between = e.Compare("EQ", zeros_so_far, e.Full(1, st));  // from the first zero to the next
+  Val first_zero = e.Binary("and", is_zero, between);
   // Before the first zero.
-  Val safe_x = e.Select(before, xc, e.Full(1, xc.type));
-  Val head = e.Binary("divide", CumulativeSum(e, e.Binary("multiply", gc, yc), dim, true), safe_x);
+  Val w = e.Select(before, e.Binary("multiply", yc, gc), zero);
+  Val head = e.Binary("divide", CumulativeSum(e, w, dim, true), e.Select(before, xc, one));
   // At the first zero.
-  Val x1 = e.Select(first_zero, e.Full(1, xc.type), xc);
-  Val y1 = AssociativeScan(e, {x1}, dim, BinaryCombine("multiply"))[0];
-  Val at_zero = CumulativeSum(e, e.Binary("multiply", gc, y1), dim, true);
-  Val r = e.Select(before, head, e.Select(first_zero, at_zero, e.Full(0, xc.type)));
+  Val after_zero = e.Binary("and", between, e.Unary("not", first_zero));
+  Val products = AssociativeScan(e, {e.Select(after_zero, xc, one)}, dim, BinaryCombine("multiply"))[0];
+  Val terms = e.Binary("multiply", products, e.Select(between, gc, zero));
+  Dims others;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (d != dim) others.push_back(d);
+  }
+  Val total = e.BroadcastInDim(e.Reduce(terms, e.Scalar(0, acc), {dim}, "add"), x.dims(), others);
+  Val prefix = e.Concatenate({e.SliceDim(one, dim, 0, 1), e.SliceDim(yc, dim, 0, n - 1)}, dim);
+  Val at_zero = e.Binary("multiply", total, prefix);
+  Val r = e.Select(before, head, e.Select(first_zero, at_zero, zero));
   return {e.Convert(r, out.dtype)};
 }
 
