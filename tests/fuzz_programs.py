@@ -770,7 +770,7 @@ class Gen:
         # A normalization of a (nearly) constant group is rounding noise times 1/sqrt(eps): CPU
         # eager computes x * invstd - mean * invstd unfused (+2^-11 for a row of 94s), pjrt fused
         # (-2^-11), both of an exact 0. Such groups are kept out of the normalizations.
-        norms = [f"F.layer_norm({x}, {x}.shape[-1:])"] if spread_groups(t.reshape(-1, n) if n else t) else []
+        norms = [f"F.layer_norm({x}, {x}.shape[-1:])"] if n == 0 or spread_groups(t.reshape(-1, n)) else []
         exprs = norms + [f"F.normalize({x}, dim={d})", f"F.mse_loss({x}, {other()})",
                  f"F.smooth_l1_loss({x}, {other()})", f"F.binary_cross_entropy_with_logits({x}, {other()}.sigmoid())",
                  f"F.pad({x}, (1, 2))", f"F.huber_loss({x}, {other()}, delta=0.5)", f"F.log_softmax({x}, {d}).exp()",

@@ -84,12 +84,15 @@ bool MayCopyAsync(const at::Tensor& host, const at::Tensor& src, bool non_blocki
   return !host.storage().is_alias_of(src.storage()) || host.is_pinned();
 }
 
-// `whole_storage`: the buffer becomes a storage's array, which is 1-D (docs/design.md, "Flat
-// storages"); otherwise it has the host tensor's shape.
+// `whole_storage`: the buffer becomes a storage's array (docs/design.md, "Flat storages");
+// otherwise it has the host tensor's shape.
 std::shared_ptr<runtime::Buffer> UploadDense(const at::Tensor& host, ElementType type, int device,
                                              bool async, bool whole_storage) {
   std::vector<int64_t> dims(host.sizes().begin(), host.sizes().end());
-  if (whole_storage && dims.size() > 1) dims = {host.numel()};
+  if (whole_storage) {
+    const Dims array = graph::StorageArrayType({type, Dims(dims.begin(), dims.end())}).dims;
+    dims.assign(array.begin(), array.end());
+  }
   graph::ScopedTimer timer(graph::Timer::kTransferToDevice);
   try {
     if (!async) return runtime::Buffer::FromHost(runtime::GetClient(), device, type, dims, host.data_ptr());

@@ -206,10 +206,10 @@ LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outp
     memo[n] = std::move(vals);
   }
   std::vector<Val> results;
-  // Every result becomes a storage's array, which is 1-D (docs/design.md, "Flat storages").
+  // Every result becomes a storage's array (docs/design.md, "Flat storages").
   for (const Value& v : outputs) {
     const Val& r = memo.at(v.node.get()).at(v.index);
-    results.push_back(r.rank() > 1 ? e.Reshape(r, {r.numel()}) : r);
+    results.push_back(e.Reshape(r, StorageArrayType(r.type).dims));
   }
   for (const auto& [param, output] : donations) {
     e.SetParameterAttr(param, "tf.aliasing_output = " + std::to_string(output) + " : i32");

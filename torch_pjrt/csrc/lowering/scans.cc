@@ -159,11 +159,7 @@ std::vector<Val> LowerCumprodBackward(LowerCtx& c) {
   Val after_zero = e.Binary("and", between, e.Unary("not", first_zero));
   Val products = AssociativeScan(e, {e.Select(after_zero, xc, one)}, dim, BinaryCombine("multiply"))[0];
   Val terms = e.Binary("multiply", products, e.Select(between, gc, zero));
-  Dims others;
-  for (int64_t d = 0; d < x.rank(); ++d) {
-    if (d != dim) others.push_back(d);
-  }
-  Val total = e.BroadcastInDim(e.Reduce(terms, e.Scalar(0, acc), {dim}, "add"), x.dims(), others);
+  Val total = e.BroadcastTo(KeepDims(e, SumDims(e, terms, {dim}, acc), x.dims(), {dim}), x.dims());
   Val prefix = e.Concatenate({e.SliceDim(one, dim, 0, 1), e.SliceDim(yc, dim, 0, n - 1)}, dim);
   Val at_zero = e.Binary("multiply", total, prefix);
   Val r = e.Select(before, head, e.Select(first_zero, at_zero, zero));
