@@ -995,16 +995,19 @@ def explained_by_inputs(program, dev_t, name):
     if MUTATING.search(line):
         return False
     names = re.findall(r"\bv\d+\b", line.split("=", 1)[1])
-    storages = {program.cpu_ns[v].untyped_storage().data_ptr() for v in names if v in program.cpu_ns}
-    if any(written_storage(program, later) & storages for later in program.lines[i + 1:]):
-        snap = program.snapshots.get(i, {})
-        if any(v not in snap for v in names):
+    written_later = set().union(*(written_storage(program, later) for later in program.lines[i + 1:]))
+    snap = program.snapshots.get(i, {})
+    inputs = {}
+    for v in names:
+        # An input overwritten later has only CPU's value from before the line; the others keep
+        # pjrt's own (seed 1892880: cat of a flushed subnormal and of heaviside's answer to it).
+        overwritten = v in program.cpu_ns and program.cpu_ns[v].untyped_storage().data_ptr() in written_later
+        if overwritten and v in snap:
+            inputs[v] = snap[v]
+        elif not overwritten and v in dev_t:
+            inputs[v] = dev_t[v].detach().cpu().requires_grad_(dev_t[v].requires_grad)
+        else:
             return False
-        inputs = {v: snap[v] for v in names}
-    else:
-        if any(v not in dev_t for v in names):
-            return False
-        inputs = {v: dev_t[v].detach().cpu().requires_grad_(dev_t[v].requires_grad) for v in names}
     ftz = flushes_denormals()
     for upcast, flush, flush_within in ((False, False, False), (True, False, False), (False, ftz, False),
                                         (False, ftz, ftz)):
