@@ -576,14 +576,13 @@ std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause 
     compiled->executable = runtime::CompileProgram(
         g.text, std::vector<int64_t>(g.replica_devices.begin(), g.replica_devices.end()), &serialized);
     Metrics::Increment(Counter::kGraphsCompiled);
-    if (serialized.empty()) {
-      ReleaseFreedHeap();  // the compiler's garbage is in this heap only when it ran here
-    } else {
-      Metrics::Increment(Counter::kCompilesInWorker);
-    }
+    if (!serialized.empty()) Metrics::Increment(Counter::kCompilesInWorker);
     if (!replicated) cache.StoreToDisk(key, fingerprint, *compiled->executable, std::move(serialized));
   }
   if (Debug().log_compiles) ExplainCompile(key, device, cause, g, pending.outputs.size(), MsSince(t0), from_disk);
+  // The lowering's MLIR, the loaded executable's scratch and (when it ran here) the compiler's
+  // garbage are free now, before the first execution allocates its results.
+  ReleaseFreedHeap();
   if (compiled->executable->num_outputs() != pending.outputs.size()) {
     throw std::logic_error("pjrt: compiled graph has " + std::to_string(compiled->executable->num_outputs()) +
                            " outputs, expected " + std::to_string(pending.outputs.size()));
