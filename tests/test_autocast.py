@@ -56,8 +56,18 @@ def test_lstm_runs_in_lower_precision_under_autocast():
     x = torch.randn(5, 3, 16)
     results = []
     for m, device in ((cpu, "cpu"), (dev, "pjrt")):
-        with torch.autocast(device, dtype=torch.bfloat16):
-            out, (h, c) = m(x.to(device))
+        try:
+            with torch.autocast(device, dtype=torch.bfloat16):
+                out, (h, c) = m(x.to(device))
+        except RuntimeError as e:
+            # oneDNN has no bfloat16 LSTM for some CPUs (one without AVX2): CPU eager cannot run
+            # it there, so pjrt's answer is compared with the float32 LSTM instead.
+            if device != "cpu" or "primitive descriptor" not in str(e):
+                raise
+            out, (h, c) = m(x)
+            out.float().square().sum().backward()
+            results.append((out, m.weight_ih_l0.grad))
+            continue
         assert (out.dtype, h.dtype, c.dtype) == (torch.bfloat16,) * 3
         out.float().square().sum().backward()
         assert m.weight_ih_l0.grad.dtype == torch.float32

@@ -431,7 +431,9 @@ op("aminmax", both_dims(lambda m, d: tuple(torch.aminmax(m, dim=d))), "rows", "a
 op("aminmax_all", per_row(lambda r: tuple(torch.aminmax(r))), "each", "aminmax", exact=True, signed_zeros=False)
 op("count_nonzero", both_dims(lambda m, d: torch.count_nonzero(m, d)), "rows", "count_nonzero.dim_IntList")
 op("softmax", both_dims(lambda m, d: torch.softmax(m, d)), "rows", "_softmax", tol=8)
-op("log_softmax", both_dims(lambda m, d: torch.log_softmax(m, d)), "rows", "_log_softmax", tol=8)
+# x - max - log(sum): a result near 0 carries the ulps of the log of a sum near 1, an absolute error
+# (CPU eager's exp differs in the last bit between its vector paths: seen on a CPU without AVX2).
+op("log_softmax", both_dims(lambda m, d: torch.log_softmax(m, d)), "rows", "_log_softmax", tol=8, atol_eps=2)
 # y * (g - sum(g * y)) cancels: ulps of y * (|g| + |sum(g * y)|).
 op("softmax_backward", lambda m: aten._softmax_backward_data(m.flip(1), torch.softmax(m, 1), 1, m.dtype), "rows",
    ["_softmax_backward_data", "_softmax"], tol=16,
