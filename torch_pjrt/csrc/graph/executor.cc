@@ -60,9 +60,10 @@ struct LoweredGraph {
   Dims replica_devices;  // a program with collectives: the job-wide device of each replica
 };
 
-// Compilers (LLVM under XLA) allocate and free hundreds of MB per compile; glibc keeps the freed
-// pages, so a training loop's peak RSS would include every compile's high-water mark on top of
-// the steady state. Returning them after each compile costs well under a millisecond.
+// Compilers (LLVM under XLA) allocate and free hundreds of MB per compile, and the lowering and
+// the loading of an executable tens; glibc keeps the freed pages, so a training loop's peak RSS
+// would include every new program's high-water mark on top of the steady state. Returning them
+// once per new program costs well under a millisecond.
 void ReleaseFreedHeap() {
 #ifdef __GLIBC__
   malloc_trim(0);
