@@ -28,6 +28,12 @@ def pjrt_include_dir():
     return include
 
 
+# Python's own CFLAGS carry -g. Debug information for torch's templates made each translation
+# unit ~2.5x slower to compile (43 against 17 s for a 60-line kernel file) and the library 106 MB
+# instead of ~5. PyTorch's convention keeps it on request: DEBUG=1 or REL_WITH_DEB_INFO=1.
+DEBUG_INFO = ["-g"] if os.environ.get("DEBUG") == "1" or os.environ.get("REL_WITH_DEB_INFO") == "1" else ["-g0"]
+
+
 def sources_under(pattern):
     return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
 
@@ -41,7 +47,7 @@ ext = CppExtension(
     name="torch_pjrt._C",
     sources=sources,
     include_dirs=[os.path.join(ROOT, "torch_pjrt/csrc"), pjrt_include_dir()],
-    extra_compile_args=["-O2", f'-DTORCH_PJRT_VERSION="{VERSION}"', "-Wno-unused-parameter"],
+    extra_compile_args=["-O2", *DEBUG_INFO, f'-DTORCH_PJRT_VERSION="{VERSION}"', "-Wno-unused-parameter"],
     libraries=["dl"],
 )
 
@@ -49,7 +55,7 @@ worker = Extension(
     name="torch_pjrt._compile_worker",
     sources=WORKER_SOURCES,
     include_dirs=[os.path.join(ROOT, "torch_pjrt/csrc"), pjrt_include_dir()],
-    extra_compile_args=["-O2", "-std=c++20", "-Wno-unused-parameter"],
+    extra_compile_args=["-O2", *DEBUG_INFO, "-std=c++20", "-Wno-unused-parameter"],
     libraries=["dl"],
     language="c++",
 )
