@@ -230,6 +230,7 @@ class Emitter {
   Val RawBinary(std::string_view op, const Val& a, const Val& b);
   Val RawUnary(std::string_view op, const Val& x);
   Val LogOfFoldable(const Val& x);
+  Val ExpPassingNaN(std::string_view op, const Val& x);
   Val RawReduce(const Val& x, const Val& init, const Dims& dims, std::string_view op);
   TargetOptions target_;
   std::unordered_set<int> non_nan_constants_;  // ids of constants that are not NaN
