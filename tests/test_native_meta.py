@@ -110,6 +110,35 @@ def test_type_promotion_matches_cpu(case):
     _check_like_cpu(fn, args)
 
 
+# CPU's TensorIterator casts an input of another dtype to a temporary first, laid out densely (an
+# expanded dimension as if contiguous), and the result follows the temporary (fuzz seed 1905176).
+# The layouts are made on each device: a copy to the device would make them dense.
+MIXED_DTYPE_LAYOUTS = {
+    "sub_expanded_f32_transposed_f64": (lambda a, b: torch.sub(a.expand(3, 3), b.t()),
+                                        (torch.randn(3), torch.randn(3, 3, dtype=torch.float64))),
+    "mul_expanded_int_transposed_f32": (lambda a, b: torch.mul(a.expand(3, 3), b.t()),
+                                        (torch.arange(3), torch.randn(3, 3))),
+    "ge_expanded_f32_transposed_f64": (lambda a, b: torch.ge(a.expand(3, 3), b.t()),
+                                       (torch.randn(3), torch.randn(3, 3, dtype=torch.float64))),
+    "lt_expanded_int_float_number": (lambda a: torch.lt(a.expand(4, 3).t(), 2.5), (torch.arange(3),)),
+    "exp_sliced_int": (lambda a: torch.exp(a.t()[::2]), (torch.arange(12).reshape(3, 4),)),
+    "where_expanded_f16_transposed_f32": (lambda a, b: torch.where(b.t() > 0, a.expand(3, 3), b.t()),
+                                          (torch.randn(3, dtype=torch.float16), torch.randn(3, 3))),
+    "threshold_int_float_number": (lambda a: torch.threshold(a.expand(3, 3).t(), 0.5, 7), (torch.arange(3),)),
+}
+
+
+@pytest.mark.parametrize("name", list(MIXED_DTYPE_LAYOUTS))
+def test_mixed_dtype_results_follow_cpus_cast_temporaries(name):
+    _check_like_cpu(*MIXED_DTYPE_LAYOUTS[name])
+
+
+@pytest.mark.parametrize("op", [lambda a: torch.ops.aten.fill.Scalar(a, 2), torch.ops.aten.zero], ids=["fill", "zero"])
+def test_fill_of_a_non_dense_tensor_keeps_its_dimension_order(op):
+    # empty_like(preserve_format) of a non-dense tensor: dense, in the input's dimension order
+    _check_like_cpu(lambda a: op(a.t()[::2]), (torch.arange(12.0).reshape(3, 4),))
+
+
 def test_errors_are_cpus():
     a = torch.ones(2, 3)
     with pytest.raises(RuntimeError, match="must match the size"):

@@ -1,6 +1,8 @@
 #include "aten/native_meta.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/boxing/impl/make_boxed_from_unboxed_functor.h>
+#include <ATen/native/TypeProperties.h>
 #include <ATen/ops/_addmm_activation_meta_dispatch.h>
 #include <ATen/ops/_addmm_activation_ops.h>
 #include <ATen/ops/_log_softmax_backward_data_meta_dispatch.h>
@@ -93,7 +95,6 @@
 #include <ATen/ops/elu_backward_ops.h>
 #include <ATen/ops/elu_meta_dispatch.h>
 #include <ATen/ops/elu_ops.h>
-#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/eq_meta_dispatch.h>
 #include <ATen/ops/eq_ops.h>
@@ -304,7 +305,9 @@
 #include <ATen/ops/zero_meta_dispatch.h>
 #include <ATen/ops/zero_ops.h>
 
+#include <algorithm>
 #include <array>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -334,6 +337,16 @@ void NativeMeta(c10::ArrayRef<c10::IValue> meta_args, torch::jit::Stack* results
   CallTyped(kFn, meta_args, results, std::make_index_sequence<kArgs>());
 }
 
+// A meta tensor like `self` (in `dtype`) with the strides CPU's empty_like(self) gives it
+// (preserve_format: kept when non-overlapping and dense, else dense in the same dimension order).
+// at::empty_like itself would run torch's Python Meta kernel.
+at::Tensor EmptyLikeMeta(const at::Tensor& self, c10::ScalarType dtype) {
+  auto options = self.options().device(c10::kMeta).dtype(dtype);
+  if (self.is_non_overlapping_and_dense()) return at::empty_strided(self.sizes(), self.strides(), options);
+  return at::empty_strided(self.sizes(), at::infer_dense_strides(self.sizes(), self.strides()), options);
+}
+at::Tensor EmptyLikeMeta(const at::Tensor& self) { return EmptyLikeMeta(self, self.scalar_type()); }
+
 // One table entry: the op's full name and its at::meta function, typed by the op's schema (so a
 // signature that does not match the schema fails to compile).
 template <class Op, typename Op::schema* kFn>
@@ -343,13 +356,69 @@ std::pair<std::string, MetaOverride> Native() {
   return {std::move(name), &NativeMeta<typename Op::schema, kFn>};
 }
 
-// A meta tensor like `self` with the strides CPU's empty_like(self) gives it (preserve_format:
-// kept when non-overlapping and dense). at::empty_like itself would run torch's Python Meta kernel.
-at::Tensor EmptyLikeMeta(const at::Tensor& self) {
-  if (self.is_non_overlapping_and_dense()) {
-    return at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kMeta));
+// The dtype a CPU TensorIterator computes in: the promotion of its tensors and Python numbers,
+// raised to the result's floating type by ops that compute integers in float (exp, true div).
+c10::ScalarType ComputeDtype(c10::ArrayRef<c10::IValue> args, c10::ScalarType result) {
+  at::native::ResultTypeState state;
+  for (const c10::IValue& a : args) {
+    if (a.isTensor()) state = at::native::update_result_type_state(a.toTensor(), state);
+    if (a.isScalar()) state = at::native::update_result_type_state(a.toScalar(), state);
   }
-  return at::empty(self.sizes(), self.options().device(c10::kMeta).memory_format(self.suggest_memory_format()));
+  c10::ScalarType common = at::native::result_type(state);
+  bool raised = (c10::isFloatingType(result) || c10::isComplexType(result)) &&
+                !(c10::isFloatingType(common) || c10::isComplexType(common));
+  return raised ? result : common;
+}
+
+// CPU's TensorIterator first casts an input of another dtype than it computes in to a temporary
+// (`to(dtype)`, which lays a non-dense input out densely, an expanded dimension as if contiguous),
+// and the result's strides follow that temporary; a meta TensorIterator skips the cast and lays
+// the result out after the input itself. So `sub(f32 expanded from a row, f64 transposed)` is
+// row-major on the CPU but was transposed here (fuzz seed 1905176). Returns the arguments with
+// such inputs replaced by the temporary's meta twin, or nothing when no input is replaced.
+std::optional<std::vector<c10::IValue>> CastInputsLikeCpu(c10::ArrayRef<c10::IValue> args, c10::ScalarType result) {
+  auto cast_needed = [](const c10::IValue& a) { return a.isTensor() && !a.toTensor().is_non_overlapping_and_dense(); };
+  if (std::none_of(args.begin(), args.end(), cast_needed)) return std::nullopt;
+  c10::ScalarType dtype = ComputeDtype(args, result);
+  std::vector<c10::IValue> cast(args.begin(), args.end());
+  bool any = false;
+  for (c10::IValue& a : cast) {
+    if (!cast_needed(a) || a.toTensor().scalar_type() == dtype) continue;
+    a = EmptyLikeMeta(a.toTensor(), dtype);
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return cast;
+}
+
+bool SameDtypes(const torch::jit::Stack& a, const torch::jit::Stack& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].isTensor() != b[i].isTensor()) return false;
+    if (a[i].isTensor() && a[i].toTensor().scalar_type() != b[i].toTensor().scalar_type()) return false;
+  }
+  return true;
+}
+
+// A functional TensorIterator op: its Meta kernel runs again on CPU's cast temporaries where the
+// CPU makes any. A Python number counted in ComputeDtype that the op does not promote with
+// (threshold's) would change the result dtype; that second answer is not taken.
+template <class Schema, Schema* kFn>
+void ElementwiseMeta(c10::ArrayRef<c10::IValue> meta_args, torch::jit::Stack* results) {
+  NativeMeta<Schema, kFn>(meta_args, results);
+  if (results->empty() || !(*results)[0].isTensor()) return;
+  auto cast = CastInputsLikeCpu(meta_args, (*results)[0].toTensor().scalar_type());
+  if (!cast) return;
+  torch::jit::Stack again;
+  NativeMeta<Schema, kFn>(*cast, &again);
+  if (SameDtypes(*results, again)) *results = std::move(again);
+}
+
+template <class Op, typename Op::schema* kFn>
+std::pair<std::string, MetaOverride> Elementwise() {
+  auto entry = Native<Op, kFn>();
+  entry.second = &ElementwiseMeta<typename Op::schema, kFn>;
+  return entry;
 }
 
 // fill.Scalar / fill.Tensor(self, value) and zero(self): every torch.ones/zeros/full, fill_ and
@@ -370,120 +439,121 @@ const std::unordered_map<std::string, MetaOverride>& Table() {
       {"aten::fill.Scalar", &FillMeta},
       {"aten::fill.Tensor", &FillMeta},
       {"aten::zero", &FillMeta},
-      Native<at::_ops::add_Tensor, &at::meta::add>(),
-      Native<at::_ops::sub_Tensor, &at::meta::sub>(),
-      Native<at::_ops::mul_Tensor, &at::meta::mul>(),
-      Native<at::_ops::div_Tensor, &at::meta::div>(),
-      Native<at::_ops::div_Tensor_mode, &at::meta::div>(),
-      Native<at::_ops::eq_Tensor, &at::meta::eq>(),
-      Native<at::_ops::eq_Scalar, &at::meta::eq>(),
-      Native<at::_ops::ne_Tensor, &at::meta::ne>(),
-      Native<at::_ops::ne_Scalar, &at::meta::ne>(),
-      Native<at::_ops::lt_Tensor, &at::meta::lt>(),
-      Native<at::_ops::lt_Scalar, &at::meta::lt>(),
-      Native<at::_ops::le_Tensor, &at::meta::le>(),
-      Native<at::_ops::le_Scalar, &at::meta::le>(),
-      Native<at::_ops::gt_Tensor, &at::meta::gt>(),
-      Native<at::_ops::gt_Scalar, &at::meta::gt>(),
-      Native<at::_ops::ge_Tensor, &at::meta::ge>(),
-      Native<at::_ops::ge_Scalar, &at::meta::ge>(),
-      Native<at::_ops::maximum, &at::meta::maximum>(),
-      Native<at::_ops::minimum, &at::meta::minimum>(),
-      Native<at::_ops::fmax, &at::meta::fmax>(),
-      Native<at::_ops::fmin, &at::meta::fmin>(),
-      Native<at::_ops::atan2, &at::meta::atan2>(),
-      Native<at::_ops::hypot, &at::meta::hypot>(),
-      Native<at::_ops::logaddexp, &at::meta::logaddexp>(),
-      Native<at::_ops::logaddexp2, &at::meta::logaddexp2>(),
-      Native<at::_ops::pow_Tensor_Tensor, &at::meta::pow>(),
-      Native<at::_ops::pow_Tensor_Scalar, &at::meta::pow>(),
-      Native<at::_ops::pow_Scalar, &at::meta::pow>(),
-      Native<at::_ops::remainder_Tensor, &at::meta::remainder>(),
-      Native<at::_ops::fmod_Tensor, &at::meta::fmod>(),
-      Native<at::_ops::bitwise_and_Tensor, &at::meta::bitwise_and>(),
-      Native<at::_ops::bitwise_or_Tensor, &at::meta::bitwise_or>(),
-      Native<at::_ops::bitwise_xor_Tensor, &at::meta::bitwise_xor>(),
-      Native<at::_ops::copysign_Tensor, &at::meta::copysign>(),
-      Native<at::_ops::xlogy_Tensor, &at::meta::xlogy>(),
-      Native<at::_ops::nextafter, &at::meta::nextafter>(),
-      Native<at::_ops::heaviside, &at::meta::heaviside>(),
-      Native<at::_ops::gcd, &at::meta::gcd>(),
-      Native<at::_ops::lcm, &at::meta::lcm>(),
-      Native<at::_ops::igamma, &at::meta::igamma>(),
-      Native<at::_ops::igammac, &at::meta::igammac>(),
-      Native<at::_ops::addcmul, &at::meta::addcmul>(),
-      Native<at::_ops::addcdiv, &at::meta::addcdiv>(),
-      Native<at::_ops::lerp_Scalar, &at::meta::lerp>(),
-      Native<at::_ops::lerp_Tensor, &at::meta::lerp>(),
-      Native<at::_ops::clamp, &at::meta::clamp>(),
-      Native<at::_ops::clamp_Tensor, &at::meta::clamp>(),
-      Native<at::_ops::clamp_min, &at::meta::clamp_min>(),
-      Native<at::_ops::clamp_max, &at::meta::clamp_max>(),
-      Native<at::_ops::neg, &at::meta::neg>(),
-      Native<at::_ops::exp, &at::meta::exp>(),
-      Native<at::_ops::exp2, &at::meta::exp2>(),
-      Native<at::_ops::expm1, &at::meta::expm1>(),
-      Native<at::_ops::log, &at::meta::log>(),
-      Native<at::_ops::log2, &at::meta::log2>(),
-      Native<at::_ops::log10, &at::meta::log10>(),
-      Native<at::_ops::log1p, &at::meta::log1p>(),
-      Native<at::_ops::sqrt, &at::meta::sqrt>(),
-      Native<at::_ops::rsqrt, &at::meta::rsqrt>(),
-      Native<at::_ops::reciprocal, &at::meta::reciprocal>(),
-      Native<at::_ops::sin, &at::meta::sin>(),
-      Native<at::_ops::cos, &at::meta::cos>(),
-      Native<at::_ops::tan, &at::meta::tan>(),
-      Native<at::_ops::sinh, &at::meta::sinh>(),
-      Native<at::_ops::cosh, &at::meta::cosh>(),
-      Native<at::_ops::tanh, &at::meta::tanh>(),
-      Native<at::_ops::asin, &at::meta::asin>(),
-      Native<at::_ops::acos, &at::meta::acos>(),
-      Native<at::_ops::atan, &at::meta::atan>(),
-      Native<at::_ops::asinh, &at::meta::asinh>(),
-      Native<at::_ops::acosh, &at::meta::acosh>(),
-      Native<at::_ops::atanh, &at::meta::atanh>(),
-      Native<at::_ops::sigmoid, &at::meta::sigmoid>(),
-      Native<at::_ops::erf, &at::meta::erf>(),
-      Native<at::_ops::erfc, &at::meta::erfc>(),
-      Native<at::_ops::erfinv, &at::meta::erfinv>(),
-      Native<at::_ops::floor, &at::meta::floor>(),
-      Native<at::_ops::ceil, &at::meta::ceil>(),
-      Native<at::_ops::trunc, &at::meta::trunc>(),
-      Native<at::_ops::round, &at::meta::round>(),
-      Native<at::_ops::round_decimals, &at::meta::round>(),
-      Native<at::_ops::frac, &at::meta::frac>(),
-      Native<at::_ops::sign, &at::meta::sign>(),
-      Native<at::_ops::sgn, &at::meta::sgn>(),
-      Native<at::_ops::signbit, &at::meta::signbit>(),
-      Native<at::_ops::bitwise_not, &at::meta::bitwise_not>(),
-      Native<at::_ops::lgamma, &at::meta::lgamma>(),
-      Native<at::_ops::digamma, &at::meta::digamma>(),
-      Native<at::_ops::polygamma, &at::meta::polygamma>(),
-      Native<at::_ops::i0, &at::meta::i0>(),
-      Native<at::_ops::sinc, &at::meta::sinc>(),
-      Native<at::_ops::isposinf, &at::meta::isposinf>(),
-      Native<at::_ops::isneginf, &at::meta::isneginf>(),
-      Native<at::_ops::gelu, &at::meta::gelu>(),
-      Native<at::_ops::gelu_backward, &at::meta::gelu_backward>(),
-      Native<at::_ops::silu, &at::meta::silu>(),
-      Native<at::_ops::silu_backward, &at::meta::silu_backward>(),
-      Native<at::_ops::sigmoid_backward, &at::meta::sigmoid_backward>(),
-      Native<at::_ops::tanh_backward, &at::meta::tanh_backward>(),
-      Native<at::_ops::threshold, &at::meta::threshold>(),
-      Native<at::_ops::threshold_backward, &at::meta::threshold_backward>(),
-      Native<at::_ops::leaky_relu, &at::meta::leaky_relu>(),
-      Native<at::_ops::leaky_relu_backward, &at::meta::leaky_relu_backward>(),
-      Native<at::_ops::elu, &at::meta::elu>(),
-      Native<at::_ops::elu_backward, &at::meta::elu_backward>(),
-      Native<at::_ops::softplus, &at::meta::softplus>(),
-      Native<at::_ops::softplus_backward, &at::meta::softplus_backward>(),
-      Native<at::_ops::logit_backward, &at::meta::logit_backward>(),
-      Native<at::_ops::mish, &at::meta::mish>(),
-      Native<at::_ops::hardsigmoid, &at::meta::hardsigmoid>(),
-      Native<at::_ops::hardsigmoid_backward, &at::meta::hardsigmoid_backward>(),
+      // Functional TensorIterator ops: strides as after CPU's cast temporaries (ElementwiseMeta).
+      Elementwise<at::_ops::add_Tensor, &at::meta::add>(),
+      Elementwise<at::_ops::sub_Tensor, &at::meta::sub>(),
+      Elementwise<at::_ops::mul_Tensor, &at::meta::mul>(),
+      Elementwise<at::_ops::div_Tensor, &at::meta::div>(),
+      Elementwise<at::_ops::div_Tensor_mode, &at::meta::div>(),
+      Elementwise<at::_ops::eq_Tensor, &at::meta::eq>(),
+      Elementwise<at::_ops::eq_Scalar, &at::meta::eq>(),
+      Elementwise<at::_ops::ne_Tensor, &at::meta::ne>(),
+      Elementwise<at::_ops::ne_Scalar, &at::meta::ne>(),
+      Elementwise<at::_ops::lt_Tensor, &at::meta::lt>(),
+      Elementwise<at::_ops::lt_Scalar, &at::meta::lt>(),
+      Elementwise<at::_ops::le_Tensor, &at::meta::le>(),
+      Elementwise<at::_ops::le_Scalar, &at::meta::le>(),
+      Elementwise<at::_ops::gt_Tensor, &at::meta::gt>(),
+      Elementwise<at::_ops::gt_Scalar, &at::meta::gt>(),
+      Elementwise<at::_ops::ge_Tensor, &at::meta::ge>(),
+      Elementwise<at::_ops::ge_Scalar, &at::meta::ge>(),
+      Elementwise<at::_ops::maximum, &at::meta::maximum>(),
+      Elementwise<at::_ops::minimum, &at::meta::minimum>(),
+      Elementwise<at::_ops::fmax, &at::meta::fmax>(),
+      Elementwise<at::_ops::fmin, &at::meta::fmin>(),
+      Elementwise<at::_ops::atan2, &at::meta::atan2>(),
+      Elementwise<at::_ops::hypot, &at::meta::hypot>(),
+      Elementwise<at::_ops::logaddexp, &at::meta::logaddexp>(),
+      Elementwise<at::_ops::logaddexp2, &at::meta::logaddexp2>(),
+      Elementwise<at::_ops::pow_Tensor_Tensor, &at::meta::pow>(),
+      Elementwise<at::_ops::pow_Tensor_Scalar, &at::meta::pow>(),
+      Elementwise<at::_ops::pow_Scalar, &at::meta::pow>(),
+      Elementwise<at::_ops::remainder_Tensor, &at::meta::remainder>(),
+      Elementwise<at::_ops::fmod_Tensor, &at::meta::fmod>(),
+      Elementwise<at::_ops::bitwise_and_Tensor, &at::meta::bitwise_and>(),
+      Elementwise<at::_ops::bitwise_or_Tensor, &at::meta::bitwise_or>(),
+      Elementwise<at::_ops::bitwise_xor_Tensor, &at::meta::bitwise_xor>(),
+      Elementwise<at::_ops::copysign_Tensor, &at::meta::copysign>(),
+      Elementwise<at::_ops::xlogy_Tensor, &at::meta::xlogy>(),
+      Elementwise<at::_ops::nextafter, &at::meta::nextafter>(),
+      Elementwise<at::_ops::heaviside, &at::meta::heaviside>(),
+      Elementwise<at::_ops::gcd, &at::meta::gcd>(),
+      Elementwise<at::_ops::lcm, &at::meta::lcm>(),
+      Elementwise<at::_ops::igamma, &at::meta::igamma>(),
+      Elementwise<at::_ops::igammac, &at::meta::igammac>(),
+      Elementwise<at::_ops::addcmul, &at::meta::addcmul>(),
+      Elementwise<at::_ops::addcdiv, &at::meta::addcdiv>(),
+      Elementwise<at::_ops::lerp_Scalar, &at::meta::lerp>(),
+      Elementwise<at::_ops::lerp_Tensor, &at::meta::lerp>(),
+      Elementwise<at::_ops::clamp, &at::meta::clamp>(),
+      Elementwise<at::_ops::clamp_Tensor, &at::meta::clamp>(),
+      Elementwise<at::_ops::clamp_min, &at::meta::clamp_min>(),
+      Elementwise<at::_ops::clamp_max, &at::meta::clamp_max>(),
+      Elementwise<at::_ops::neg, &at::meta::neg>(),
+      Elementwise<at::_ops::exp, &at::meta::exp>(),
+      Elementwise<at::_ops::exp2, &at::meta::exp2>(),
+      Elementwise<at::_ops::expm1, &at::meta::expm1>(),
+      Elementwise<at::_ops::log, &at::meta::log>(),
+      Elementwise<at::_ops::log2, &at::meta::log2>(),
+      Elementwise<at::_ops::log10, &at::meta::log10>(),
+      Elementwise<at::_ops::log1p, &at::meta::log1p>(),
+      Elementwise<at::_ops::sqrt, &at::meta::sqrt>(),
+      Elementwise<at::_ops::rsqrt, &at::meta::rsqrt>(),
+      Elementwise<at::_ops::reciprocal, &at::meta::reciprocal>(),
+      Elementwise<at::_ops::sin, &at::meta::sin>(),
+      Elementwise<at::_ops::cos, &at::meta::cos>(),
+      Elementwise<at::_ops::tan, &at::meta::tan>(),
+      Elementwise<at::_ops::sinh, &at::meta::sinh>(),
+      Elementwise<at::_ops::cosh, &at::meta::cosh>(),
+      Elementwise<at::_ops::tanh, &at::meta::tanh>(),
+      Elementwise<at::_ops::asin, &at::meta::asin>(),
+      Elementwise<at::_ops::acos, &at::meta::acos>(),
+      Elementwise<at::_ops::atan, &at::meta::atan>(),
+      Elementwise<at::_ops::asinh, &at::meta::asinh>(),
+      Elementwise<at::_ops::acosh, &at::meta::acosh>(),
+      Elementwise<at::_ops::atanh, &at::meta::atanh>(),
+      Elementwise<at::_ops::sigmoid, &at::meta::sigmoid>(),
+      Elementwise<at::_ops::erf, &at::meta::erf>(),
+      Elementwise<at::_ops::erfc, &at::meta::erfc>(),
+      Elementwise<at::_ops::erfinv, &at::meta::erfinv>(),
+      Elementwise<at::_ops::floor, &at::meta::floor>(),
+      Elementwise<at::_ops::ceil, &at::meta::ceil>(),
+      Elementwise<at::_ops::trunc, &at::meta::trunc>(),
+      Elementwise<at::_ops::round, &at::meta::round>(),
+      Elementwise<at::_ops::round_decimals, &at::meta::round>(),
+      Elementwise<at::_ops::frac, &at::meta::frac>(),
+      Elementwise<at::_ops::sign, &at::meta::sign>(),
+      Elementwise<at::_ops::sgn, &at::meta::sgn>(),
+      Elementwise<at::_ops::signbit, &at::meta::signbit>(),
+      Elementwise<at::_ops::bitwise_not, &at::meta::bitwise_not>(),
+      Elementwise<at::_ops::lgamma, &at::meta::lgamma>(),
+      Elementwise<at::_ops::digamma, &at::meta::digamma>(),
+      Elementwise<at::_ops::polygamma, &at::meta::polygamma>(),
+      Elementwise<at::_ops::i0, &at::meta::i0>(),
+      Elementwise<at::_ops::sinc, &at::meta::sinc>(),
+      Elementwise<at::_ops::isposinf, &at::meta::isposinf>(),
+      Elementwise<at::_ops::isneginf, &at::meta::isneginf>(),
+      Elementwise<at::_ops::gelu, &at::meta::gelu>(),
+      Elementwise<at::_ops::gelu_backward, &at::meta::gelu_backward>(),
+      Elementwise<at::_ops::silu, &at::meta::silu>(),
+      Elementwise<at::_ops::silu_backward, &at::meta::silu_backward>(),
+      Elementwise<at::_ops::sigmoid_backward, &at::meta::sigmoid_backward>(),
+      Elementwise<at::_ops::tanh_backward, &at::meta::tanh_backward>(),
+      Elementwise<at::_ops::threshold, &at::meta::threshold>(),
+      Elementwise<at::_ops::threshold_backward, &at::meta::threshold_backward>(),
+      Elementwise<at::_ops::leaky_relu, &at::meta::leaky_relu>(),
+      Elementwise<at::_ops::leaky_relu_backward, &at::meta::leaky_relu_backward>(),
+      Elementwise<at::_ops::elu, &at::meta::elu>(),
+      Elementwise<at::_ops::elu_backward, &at::meta::elu_backward>(),
+      Elementwise<at::_ops::softplus, &at::meta::softplus>(),
+      Elementwise<at::_ops::softplus_backward, &at::meta::softplus_backward>(),
+      Elementwise<at::_ops::logit_backward, &at::meta::logit_backward>(),
+      Elementwise<at::_ops::mish, &at::meta::mish>(),
+      Elementwise<at::_ops::hardsigmoid, &at::meta::hardsigmoid>(),
+      Elementwise<at::_ops::hardsigmoid_backward, &at::meta::hardsigmoid_backward>(),
       Native<at::_ops::glu, &at::meta::glu>(),
-      Native<at::_ops::hardshrink, &at::meta::hardshrink>(),
-      Native<at::_ops::softshrink, &at::meta::softshrink>(),
+      Elementwise<at::_ops::hardshrink, &at::meta::hardshrink>(),
+      Elementwise<at::_ops::softshrink, &at::meta::softshrink>(),
       Native<at::_ops::sum_dim_IntList, &at::meta::sum>(),
       Native<at::_ops::mean_dim, &at::meta::mean>(),
       Native<at::_ops::amax, &at::meta::amax>(),
