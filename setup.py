@@ -60,6 +60,17 @@ worker = Extension(
     language="c++",
 )
 
+class IncrementalBuildExtension(BuildExtension.with_options(use_ninja=True)):
+    """pip's editable build (setuptools' editable_wheel) compiles in a fresh temporary directory, so
+    every `pip install -e .` rebuilt all ~100 translation units (6 min on 2 cores) for a one-file
+    change. The objects and ninja's build log stay under build/ instead: ninja rebuilds what
+    changed (it tracks headers and compile commands)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.build_temp = os.path.join(ROOT, "build", "temp")
+
+
 setup(
     name="torch_pjrt",
     version=VERSION,
@@ -68,7 +79,7 @@ setup(
     # The torch.backends entry point, outside the package so torch can ask it without registering.
     py_modules=["_torch_pjrt_autoload"],
     ext_modules=[ext, worker],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": IncrementalBuildExtension},
     python_requires=">=3.10",
     # Pinned: an unpinned torch pulls multi-GB CUDA builds.
     install_requires=["torch==2.13.0", "xla-cpu-pjrt"],
