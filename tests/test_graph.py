@@ -19,6 +19,26 @@ def test_value_scalars_never_recompile():
             assert c["GraphsCompiled"] == 0 and c["CacheHitsMemory"] == 1
 
 
+def test_ops_dropped_before_a_sync_do_not_change_the_next_graphs_key():
+    # Dropped ops held slot and parameter positions until the next sync, and a node's hash is its
+    # position: the same computation traced after them compiled again (graph/trace.cc EndIdleEpoch).
+    x = torch.randn(8).to("pjrt")
+    (x * 1.5 + 2).cpu()  # traced in a clean epoch, compiled
+    for s, dropped in ((2.5, lambda: x * 4.0 - 1), (3.5, lambda: torch.randn(3, device="pjrt") * 0.25)):
+        dropped()  # traced (a parameter, value scalars, a random draw), then dead
+        with Counters() as c:
+            got = (x * s + 3).cpu()
+        torch.testing.assert_close(got, x.cpu() * s + 3)
+        assert c["GraphsCompiled"] == 0 and c["CacheHitsMemory"] == 1
+
+
+def test_a_dropped_out_of_range_index_still_raises_at_the_next_sync():
+    x = torch.arange(5, device="pjrt")
+    x[torch.tensor([7], device="pjrt")]  # dead at once; its index check is still pending
+    with pytest.raises(IndexError):
+        (x + 1).cpu()
+
+
 def test_one_graph_per_sync_covers_every_live_tensor():
     a = torch.randn(4).to("pjrt")
     b, c2, d = a + 1, a * 2, a - 3

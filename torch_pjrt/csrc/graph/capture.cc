@@ -144,7 +144,9 @@ uint64_t BeginCapture(int device, const std::vector<LazyStorage*>& inputs,
   GraphLock lock;
   PrepareInputs(inputs, dtypes);
   SyncDevice(device, SyncCause::kCompiledCall);  // the capture's trace holds the function alone
-  return Trace(device).epoch;
+  DeviceTrace& trace = Trace(device);
+  trace.capture_epoch = trace.epoch;  // EndIdleEpoch leaves it to FinishCapture
+  return trace.epoch;
 }
 
 std::shared_ptr<CapturedGraph> FinishCapture(int device, uint64_t epoch,

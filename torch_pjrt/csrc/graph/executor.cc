@@ -278,23 +278,6 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void ResetTrace(DeviceTrace& trace) {
-  for (LazyStorage* s : trace.dirty) {
-    if (s) s->dirty_epoch = 0;
-  }
-  trace.dirty.clear();
-  trace.checks.clear();
-  trace.draws.clear();
-  trace.replica_devices.clear();
-  trace.params.clear();
-  for (auto& b : trace.slot_bytes) b.clear();
-  trace.slot_count.fill(0);
-  trace.op_nodes = 0;
-  trace.host_kernel_nodes = 0;
-  trace.uncut_reads = 0;
-  trace.first_uncut_read.clear();
-  ++trace.epoch;
-}
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 #include "graph/node.h"
 
+#include <array>
 #include <atomic>
 #include <new>
 
@@ -9,6 +10,13 @@ namespace torch_pjrt::graph {
 
 namespace {
 std::atomic<int64_t> g_live_nodes{0};
+// Per device (EndIdleEpoch asks whether anything but the trace still holds a node).
+constexpr int kMaxCountedDevices = 256;
+std::array<std::atomic<int64_t>, kMaxCountedDevices> g_live_nodes_on{};
+
+void CountNode(int device, int64_t delta) {
+  if (device >= 0 && device < kMaxCountedDevices) g_live_nodes_on[device] += delta;
+}
 
 // Recycled node memory. A trace makes a node or two per op (~550 bytes each) and a sync frees
 // them all at once: more than glibc's per-thread cache holds, so each free went through the
@@ -37,6 +45,7 @@ Node* NewNode() {
 }
 
 void DeleteNode(Node* n) {
+  CountNode(n->device, -1);
   n->~Node();
   --g_live_nodes;
   if (GraphLockHeld() && FreeNodes().size() < kMaxFreeNodes) {
@@ -86,6 +95,7 @@ NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList
   n->kind = NodeKind::kOp;
   n->op = op;
   n->device = device;
+  CountNode(device, 1);
   for (const Value& v : inputs) {
     Retain(v.node.get());
     n->inputs.push_back(Input{v.node.get(), v.index});
@@ -102,6 +112,7 @@ NodeRef MakeParamNode(int device, std::shared_ptr<runtime::Buffer> buffer, int i
   Node* n = NewNode();
   n->kind = NodeKind::kParam;
   n->device = device;
+  CountNode(device, 1);
   n->index = index;
   n->out0.dtype = buffer->type();
   n->out0.dims.assign(buffer->dims().begin(), buffer->dims().end());
@@ -114,6 +125,7 @@ NodeRef MakeSlotNode(int device, ElementType dtype, int index) {
   Node* n = NewNode();
   n->kind = NodeKind::kSlot;
   n->device = device;
+  CountNode(device, 1);
   n->index = index;
   n->out0.dtype = dtype;
   n->hash = HashMix(HashMix(0x736cull, static_cast<uint64_t>(dtype)), static_cast<uint64_t>(index));
@@ -121,5 +133,9 @@ NodeRef MakeSlotNode(int device, ElementType dtype, int index) {
 }
 
 int64_t LiveNodeCount() { return g_live_nodes.load(); }
+
+int64_t LiveNodeCountOn(int device) {
+  return device >= 0 && device < kMaxCountedDevices ? g_live_nodes_on[device].load() : 0;
+}
 
 }  // namespace torch_pjrt::graph

@@ -158,5 +158,7 @@ NodeRef MakeSlotNode(int device, ElementType dtype, int index);
 
 // Number of nodes currently alive (for memory-bound tests and metrics).
 int64_t LiveNodeCount();
+// Of those, the nodes of `device`.
+int64_t LiveNodeCountOn(int device);
 
 }  // namespace torch_pjrt::graph

@@ -182,6 +182,7 @@ void GiveEmptyBuffer(LazyStorage* s, ElementType dtype) {
 Value StorageValue(LazyStorage* s, ElementType dtype) {
   if (s->error()) throw DeviceError(*s->error());
   if (s->has_pending()) return s->pending();
+  EndIdleEpoch(s->device());  // before reusing a parameter a dropped op read
   DeviceTrace& trace = Trace(s->device());
   if (s->has_buffer()) {
     if (s->buffer()->poison()) throw DeviceError(*s->buffer()->poison());
@@ -279,6 +280,7 @@ void WriteTensor(LazyStorage* s, const TensorView& view, Value v) {
 
 Value BufferValue(std::shared_ptr<runtime::Buffer> buffer) {
   int device = buffer->device();
+  EndIdleEpoch(device);
   DeviceTrace& trace = Trace(device);
   NodeRef param = MakeParamNode(device, std::move(buffer), static_cast<int>(trace.params.size()));
   trace.params.push_back(param);
@@ -286,6 +288,7 @@ Value BufferValue(std::shared_ptr<runtime::Buffer> buffer) {
 }
 
 Value MakeSlot(int device, ElementType dtype, const void* bytes) {
+  EndIdleEpoch(device);
   DeviceTrace& trace = Trace(device);
   size_t k = static_cast<size_t>(dtype);
   int index = trace.slot_count[k]++;
@@ -295,6 +298,7 @@ Value MakeSlot(int device, ElementType dtype, const void* bytes) {
 
 std::vector<Value> MakeOp(int op, int device, const std::vector<Value>& inputs, ArgList args,
                           ArgPool pool, std::vector<TensorType> outputs) {
+  EndIdleEpoch(device);
   NodeRef node = MakeOpNode(op, device, inputs, std::move(args), std::move(pool), std::move(outputs));
   DeviceTrace& trace = Trace(device);
   ++trace.op_nodes;
@@ -305,6 +309,44 @@ std::vector<Value> MakeOp(int op, int device, const std::vector<Value>& inputs, 
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) out.push_back(Value{node, static_cast<uint32_t>(i)});
   return out;
+}
+
+void ResetTrace(DeviceTrace& trace) {
+  for (LazyStorage* s : trace.dirty) {
+    if (s) s->dirty_epoch = 0;
+  }
+  trace.dirty.clear();
+  trace.checks.clear();
+  trace.draws.clear();
+  trace.replica_devices.clear();
+  trace.params.clear();
+  for (auto& b : trace.slot_bytes) b.clear();
+  trace.slot_count.fill(0);
+  trace.op_nodes = 0;
+  trace.host_kernel_nodes = 0;
+  trace.uncut_reads = 0;
+  trace.first_uncut_read.clear();
+  ++trace.epoch;
+}
+
+// Ops traced and then dropped (their tensors died) before any sync still hold slot and parameter
+// positions, and a node's hash is its position: the next graph of the epoch would be the same
+// computation as in a clean epoch under another key, and compile again. So an epoch whose nodes
+// are all dead ends here, before its next node: when the only live nodes of the device are the
+// trace's parameters, held by nothing but its list, no pending value, index check, collective or
+// op being traced can refer to its positions. Not while a capture or a device graph holds the
+// epoch (both compare it at their end).
+void EndIdleEpoch(int device) {
+  DeviceTrace& trace = Trace(device);
+  if (LiveNodeCountOn(device) != static_cast<int64_t>(trace.params.size())) return;  // the usual exit
+  bool clean = trace.params.empty() && trace.op_nodes == 0 &&
+               std::all_of(trace.slot_count.begin(), trace.slot_count.end(), [](int32_t n) { return n == 0; });
+  if (clean) return;
+  if (trace.capture_epoch == trace.epoch || CapturingDeviceGraph(device)) return;
+  for (const NodeRef& p : trace.params) {
+    if (p->refs != 1) return;
+  }
+  ResetTrace(trace);
 }
 
 void NoteRandomDraw(int device, const Value& seed, const Value& offset) {

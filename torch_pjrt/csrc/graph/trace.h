@@ -76,6 +76,7 @@ struct RandomDraw {
 
 struct DeviceTrace {
   uint64_t epoch = 1;
+  uint64_t capture_epoch = 0;  // the epoch a capture (graph/capture.h) began in
   std::vector<IndexCheck> checks;
   std::vector<NodeRef> params;                        // program parameters, in first-read order
   std::array<std::string, kNumElementTypes> slot_bytes;  // packed value scalars, per dtype
@@ -146,6 +147,13 @@ void NoteRandomDraw(int device, const Value& seed, const Value& offset);
 
 void MarkDirty(LazyStorage* s);
 void ForgetDirty(LazyStorage* s);
+
+// Starts a new epoch of `trace`: clears its parameters, slots, checks, draws and dirty list (a
+// sync does, after its launch).
+void ResetTrace(DeviceTrace& trace);
+// Starts a new epoch on `device` when nothing but the trace holds a node of the current one
+// (docs/design.md, "Cache keys"). Called before each node the trace makes.
+void EndIdleEpoch(int device);
 
 // Largest number of op nodes a trace may hold before it is cut (synced) automatically.
 int64_t MaxPendingNodes();
