@@ -381,15 +381,6 @@ def test_known_gap_reduction_out_dtype():
     assert total("pjrt") == total("cpu")
 
 
-@gap("Meta strides: torch's Meta kernel of logical_xor/logical_and with a broadcast first operand gives other strides "
-     "than its CPU kernel, and pjrt takes result strides from Meta kernels")
-def test_known_gap_meta_strides():
-    def strides(dev):
-        a = torch.arange(6).reshape(2, 3).to(dev).t()
-        return torch.logical_xor(torch.tensor([2.0], device=dev), a).stride()
-    assert strides("pjrt") == strides("cpu")
-
-
 @gap("integer division by zero raises on CPU (a data-dependent check: it needs the values, like the out-of-range "
      "index checks being added to aten/lowered_kernel.cc and graph/)")
 def test_known_gap_integer_division_by_zero():

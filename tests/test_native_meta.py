@@ -139,6 +139,13 @@ def test_fill_of_a_non_dense_tensor_keeps_its_dimension_order(op):
     _check_like_cpu(lambda a: op(a.t()[::2]), (torch.arange(12.0).reshape(3, 4),))
 
 
+@pytest.mark.parametrize("op", [torch.logical_xor, torch.logical_and, torch.logical_or])
+def test_logical_ops_with_a_broadcast_first_operand_have_cpu_strides(op):
+    # torch's Python Meta kernels laid these out row-major; the CPU follows the second operand
+    _check_like_cpu(lambda a, b: op(a, b.t()), (torch.tensor([2.0]), torch.arange(6).reshape(2, 3)))
+    _check_like_cpu(lambda a, b: op(a.expand(3, 2), b.t()), (torch.tensor([0.0, 1.0]), torch.arange(6).reshape(2, 3)))
+
+
 def test_errors_are_cpus():
     a = torch.ones(2, 3)
     with pytest.raises(RuntimeError, match="must match the size"):

@@ -1,6 +1,7 @@
 #include "aten/native_meta.h"
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/core/boxing/impl/make_boxed_from_unboxed_functor.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/_addmm_activation_meta_dispatch.h>
@@ -95,6 +96,7 @@
 #include <ATen/ops/elu_backward_ops.h>
 #include <ATen/ops/elu_meta_dispatch.h>
 #include <ATen/ops/elu_ops.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/eq_meta_dispatch.h>
 #include <ATen/ops/eq_ops.h>
@@ -432,6 +434,22 @@ void FillMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   results->push_back(EmptyLikeMeta(a[0].toTensor()));
 }
 
+// logical_xor/and/or: the CPU runs them as TensorIterator comparisons (a bool result), and their
+// Meta kernels are Python references that lay the result out row-major where a broadcast first
+// operand leaves the order to the second (`logical_xor(tensor([2.]), x.t())`: (2, 1) there, the
+// CPU's (1, 3)). No at::meta function exists; the comparison's TensorIterator runs on meta tensors.
+at::Tensor LogicalResult(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor out = at::empty({0}, a.options().device(c10::kMeta).dtype(at::kBool));
+  at::TensorIterator::comparison_op(out, a, b);
+  return out;
+}
+
+void LogicalMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  auto cast = CastInputsLikeCpu(a, at::kBool);
+  c10::ArrayRef<c10::IValue> args = cast ? c10::ArrayRef<c10::IValue>(*cast) : a;
+  results->push_back(LogicalResult(args[0].toTensor(), args[1].toTensor()));
+}
+
 // The hot ops of real models whose Meta kernel torch replaced with a Python reference (found by
 // walking torch._decomp.global_decomposition_table for overloads with an at::meta function).
 const std::unordered_map<std::string, MetaOverride>& Table() {
@@ -439,6 +457,9 @@ const std::unordered_map<std::string, MetaOverride>& Table() {
       {"aten::fill.Scalar", &FillMeta},
       {"aten::fill.Tensor", &FillMeta},
       {"aten::zero", &FillMeta},
+      {"aten::logical_xor", &LogicalMeta},
+      {"aten::logical_and", &LogicalMeta},
+      {"aten::logical_or", &LogicalMeta},
       // Functional TensorIterator ops: strides as after CPU's cast temporaries (ElementwiseMeta).
       Elementwise<at::_ops::add_Tensor, &at::meta::add>(),
       Elementwise<at::_ops::sub_Tensor, &at::meta::sub>(),
