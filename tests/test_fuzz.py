@@ -360,17 +360,6 @@ def test_lowering_checks_raise_at_the_call():
         (torch.ones(2, device="pjrt") + 1).cpu()  # and the next sync is clean
 
 
-@gap(f"out= resize strides: an out= tensor the op resizes gets its TensorIterator's strides on CPU (the inputs' "
-     f"layout); {LOWERED_KERNEL} resizes it contiguously")
-def test_known_gap_out_resize_strides():
-    def strides(dev):
-        a = torch.zeros(2, 3).to(dev).t()
-        out = torch.empty(0, device=dev)
-        torch.add(a, a, out=out)
-        return out.stride()
-    assert strides("pjrt") == strides("cpu")
-
-
 @gap(f"reduction into a wider out=: torch.sum(bfloat16, out=float32) accumulates in float32 on CPU; {LOWERED_KERNEL} "
      "reduces in bfloat16 and converts")
 def test_known_gap_reduction_out_dtype():

@@ -1,6 +1,8 @@
 """Ops whose result shapes come from ATen's C++ Meta kernels (aten/native_meta.cc) instead of
 torch's Python references: dtypes, shapes and strides as the CPU gives them (the C++ functions are
 the CPU kernels' own meta functions), and no Python Meta kernel on the first ops of a process."""
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -144,6 +146,26 @@ def test_logical_ops_with_a_broadcast_first_operand_have_cpu_strides(op):
     # torch's Python Meta kernels laid these out row-major; the CPU follows the second operand
     _check_like_cpu(lambda a, b: op(a, b.t()), (torch.tensor([2.0]), torch.arange(6).reshape(2, 3)))
     _check_like_cpu(lambda a, b: op(a.expand(3, 2), b.t()), (torch.tensor([0.0, 1.0]), torch.arange(6).reshape(2, 3)))
+
+
+@pytest.mark.parametrize("make_out", [lambda d: torch.empty(0, device=d), lambda d: torch.empty(5, 5, device=d)],
+                         ids=["empty", "wrong_size"])
+def test_a_resized_out_takes_the_results_strides_as_on_the_cpu(make_out):
+    def strides(dev):
+        a = torch.zeros(2, 3).to(dev).t()
+        out = make_out(dev)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # resizing a non-empty out= warns, on both devices
+            torch.add(a, a, out=out)
+            torch.mul(a, 2, out=out)
+        return out.stride()
+    assert strides("pjrt") == strides("cpu") == (1, 3)
+
+
+def test_an_out_of_the_right_size_keeps_its_layout():
+    out = torch.empty(3, 2, device="pjrt")
+    torch.add(torch.ones(2, 3, device="pjrt").t(), 1, out=out)
+    assert out.stride() == (2, 1)
 
 
 def test_errors_are_cpus():

@@ -47,6 +47,15 @@ struct OutSpec {
   c10::SmallVector<int64_t, 6> strides;
 };
 
+// As CPU's structured kernels (resize_out) and TensorIterator: an out= tensor that is resized
+// takes the result's strides (`add(x.t(), x.t(), out=empty(0))` is transposed there), where they
+// are dense; one of the right size keeps its own layout.
+void ResizeOutLikeCpu(const at::Tensor& out, const OutSpec& o) {
+  if (!at::native::resize_output(out, o.sizes) || o.strides.size() != o.sizes.size()) return;
+  auto meta = at::TensorOptions().device(c10::kMeta).dtype(out.scalar_type());
+  if (at::empty_strided(o.sizes, o.strides, meta).is_non_overlapping_and_dense()) out.as_strided_(o.sizes, o.strides);
+}
+
 // The error the op's lowering raises for these arguments (graph::LoweringRefusal), found on the
 // first call with them and raised on each.
 struct LoweringVerdict {
@@ -713,7 +722,7 @@ class LoweredKernel final : public c10::OperatorKernel {
         auto write = [&](const at::Tensor& out) {
           const OutSpec& o = meta.outputs[next];
           const graph::Value& v = values[next++];
-          at::native::resize_output(out, o.sizes);
+          ResizeOutLikeCpu(out, o);
           if (out.numel() > 0) WriteValue(out, Coerce(v, ToElementType(out.scalar_type()), out.sizes(), device));
         };
         for (int a : sig.out_args) {
