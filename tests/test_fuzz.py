@@ -360,16 +360,6 @@ def test_lowering_checks_raise_at_the_call():
         (torch.ones(2, device="pjrt") + 1).cpu()  # and the next sync is clean
 
 
-@gap(f"reduction into a wider out=: torch.sum(bfloat16, out=float32) accumulates in float32 on CPU; {LOWERED_KERNEL} "
-     "reduces in bfloat16 and converts")
-def test_known_gap_reduction_out_dtype():
-    def total(dev):
-        out = torch.empty((), device=dev)
-        torch.sum(torch.full((3,), 3.34375, dtype=torch.bfloat16, device=dev), 0, out=out)
-        return out.item()
-    assert total("pjrt") == total("cpu")
-
-
 @gap("integer division by zero raises on CPU (a data-dependent check: it needs the values, like the out-of-range "
      "index checks being added to aten/lowered_kernel.cc and graph/)")
 def test_known_gap_integer_division_by_zero():

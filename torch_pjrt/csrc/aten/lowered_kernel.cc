@@ -56,6 +56,18 @@ void ResizeOutLikeCpu(const at::Tensor& out, const OutSpec& o) {
   if (at::empty_strided(o.sizes, o.strides, meta).is_non_overlapping_and_dense()) out.as_strided_(o.sizes, o.strides);
 }
 
+// sum(x, dim, out=o) reduces in o's dtype on the CPU, as if called with dtype=o.dtype
+// (OpSignature::dtype_from_out); the call is traced so.
+void TakeDtypeFromOut(const OpSignature& sig, torch::jit::Stack* stack) {
+  size_t base = stack->size() - sig.num_args;
+  c10::IValue& dtype = (*stack)[base + sig.dtype_from_out];
+  const c10::IValue& out = (*stack)[base + sig.out_args.front()];
+  if (!dtype.isNone() || !out.isTensor() || !out.toTensor().defined()) return;
+  c10::ScalarType t = out.toTensor().scalar_type();
+  if (sig.dtype_from_out_floating_only && !c10::isFloatingType(t) && !c10::isComplexType(t)) return;
+  dtype = c10::IValue(t);
+}
+
 // The error the op's lowering raises for these arguments (graph::LoweringRefusal), found on the
 // first call with them and raised on each.
 struct LoweringVerdict {
@@ -581,6 +593,7 @@ class LoweredKernel final : public c10::OperatorKernel {
  private:
   void Trace(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const OpSignature& sig = sig_;
+    if (sig.dtype_from_out >= 0) TakeDtypeFromOut(sig, stack);
     c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, sig.num_args);
     int device = FindDevice(sig, args);
     if (sig.integer_indices_only && HasMaskIndices(args)) {

@@ -3,6 +3,7 @@
 #include <ATen/core/jit_type.h>
 
 #include <algorithm>
+#include <array>
 #include <unordered_map>
 
 #include "lowering/lowering.h"
@@ -83,6 +84,21 @@ std::vector<c10::OperatorHandle> FindVariants(const c10::OperatorHandle& functio
   return out;
 }
 
+// Reductions whose CPU out= kernel reduces in out's dtype when `dtype` is None
+// (infer_dtype_from_optional, get_dtype_from_result): sum(bfloat16, out=float32) accumulates in
+// float32, and sum(float, out=int64) casts each element first. mean does so through sum_out, for
+// a floating or complex out (an integer out raises there).
+void DtypeFromOut(const c10::FunctionSchema& functional, OpSignature* sig) {
+  static const std::array<const char*, 6> kOps = {"aten::sum", "aten::prod", "aten::nansum",
+                                                  "aten::cumsum", "aten::cumprod", "aten::mean"};
+  const std::string& name = functional.name();
+  if (std::find(kOps.begin(), kOps.end(), name) == kOps.end() || sig->out_args.size() != 1) return;
+  for (size_t i = 0; i < functional.arguments().size(); ++i) {
+    if (functional.arguments()[i].name() == "dtype") sig->dtype_from_out = static_cast<int>(i);
+  }
+  sig->dtype_from_out_floating_only = name == "aten::mean";
+}
+
 OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHandle& functional,
                           int lowering) {
   const lowering::OpLowering& entry = lowering::Table()[lowering];
@@ -147,6 +163,7 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
   } else {
     sig.variant = Variant::kOut;
     for (size_t i = sig.num_functional_args; i < sig.num_args; ++i) sig.out_args.push_back(static_cast<int>(i));
+    DtypeFromOut(fs, &sig);
   }
   return sig;
 }

@@ -50,6 +50,10 @@ struct OpSignature {
   bool random = false;                      // draws from a pjrt Generator (lowering table)
   bool cpu_probe = true;                    // OpLowering::cpu_probe
   int generator_arg = -1;                   // the Generator? argument, if the schema has one
+  // kOut reductions (sum, mean, ...): the `dtype` argument that, left None, is out's dtype on the
+  // CPU (DtypeFromOut in op_signature.cc); -1 for other ops.
+  int dtype_from_out = -1;
+  bool dtype_from_out_floating_only = false;  // mean: only a floating or complex out
 
   OpSignature(c10::OperatorHandle op, c10::OperatorHandle functional)
       : op(std::move(op)), functional(std::move(functional)) {}
