@@ -32,7 +32,7 @@ std::vector<void*>& FreeNodes() {
   return *free_nodes;
 }
 
-Node* NewNode() {
+Node* NewNode(int device) {
   void* memory = nullptr;
   if (GraphLockHeld() && !FreeNodes().empty()) {
     memory = FreeNodes().back();
@@ -41,7 +41,10 @@ Node* NewNode() {
     memory = ::operator new(sizeof(Node));
   }
   ++g_live_nodes;
-  return new (memory) Node();
+  CountNode(device, 1);
+  Node* n = new (memory) Node();
+  n->device = device;
+  return n;
 }
 
 void DeleteNode(Node* n) {
@@ -91,11 +94,9 @@ uint64_t HashArgs(uint64_t h, const ArgList& args, const ArgPool& pool) {
 
 NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList args, ArgPool pool,
                    std::vector<TensorType> outputs) {
-  Node* n = NewNode();
+  Node* n = NewNode(device);
   n->kind = NodeKind::kOp;
   n->op = op;
-  n->device = device;
-  CountNode(device, 1);
   for (const Value& v : inputs) {
     Retain(v.node.get());
     n->inputs.push_back(Input{v.node.get(), v.index});
@@ -109,10 +110,8 @@ NodeRef MakeOpNode(int op, int device, const std::vector<Value>& inputs, ArgList
 }
 
 NodeRef MakeParamNode(int device, std::shared_ptr<runtime::Buffer> buffer, int index) {
-  Node* n = NewNode();
+  Node* n = NewNode(device);
   n->kind = NodeKind::kParam;
-  n->device = device;
-  CountNode(device, 1);
   n->index = index;
   n->out0.dtype = buffer->type();
   n->out0.dims.assign(buffer->dims().begin(), buffer->dims().end());
@@ -122,10 +121,8 @@ NodeRef MakeParamNode(int device, std::shared_ptr<runtime::Buffer> buffer, int i
 }
 
 NodeRef MakeSlotNode(int device, ElementType dtype, int index) {
-  Node* n = NewNode();
+  Node* n = NewNode(device);
   n->kind = NodeKind::kSlot;
-  n->device = device;
-  CountNode(device, 1);
   n->index = index;
   n->out0.dtype = dtype;
   n->hash = HashMix(HashMix(0x736cull, static_cast<uint64_t>(dtype)), static_cast<uint64_t>(index));
