@@ -169,8 +169,9 @@ class KnownGap(Exception):
 
 
 class Gen:
-    def __init__(self, draw):
+    def __init__(self, draw, focus=()):
         self.d = draw
+        self.focus = list(focus)  # op kinds drawn for half of the ops (fuzz_sweep.py --focus)
         self.lines = []
         self.ns = namespace("cpu")
         self.n = 0
@@ -258,6 +259,8 @@ class Gen:
         return True
 
     def one_op(self):
+        if self.focus and self.d.int(0, 1):
+            return getattr(self, "op_" + self.d.choice(self.focus))()
         kind = self.d.choice(["unary", "unary", "act", "binary", "binary", "scalar", "reduce", "reduce", "view",
                               "view", "view", "inplace", "inplace", "setitem", "out", "where", "cat", "cast",
                               "index", "matmul", "clone", "more", "order", "grad", "grad", "nn"])
@@ -543,17 +546,16 @@ class Gen:
         return self.emit(f"{x}[{x} != {x}] = {value}" if t.is_floating_point() else f"{x}[{x} > 0] = {value}")
 
     def op_out(self):
-        """An out= write into an existing tensor of the result's shape (not aliasing the inputs), or
-        a new torch.empty of that shape, of the result's dtype or another one. Left out: out=
-        tensors the op must resize (CPU eager gives them the strides its TensorIterator picks,
-        pjrt resizes them contiguously: a known gap, test_fuzz.py::test_known_gaps), out= aliasing
-        an input (torch resizes `out` before it reads the input, so what happens is an accident of
-        ordering: sum(x, 1, out=x) raises IndexError on CPU), and reductions into another dtype
-        (CPU accumulates in the out= dtype, pjrt in the input's: a known gap)."""
+        """An out= write into an existing tensor (not aliasing the inputs) of the result's shape or
+        of another one (the op resizes it: CPU eager gives it the strides its TensorIterator
+        picks), or into a new torch.empty of the result's shape or of no elements, of the result's
+        dtype or another one (a reduction then accumulates in the out= dtype). Left out: out=
+        aliasing an input (torch resizes `out` before it reads the input, so what happens is an
+        accident of ordering: sum(x, 1, out=x) raises IndexError on CPU)."""
         a, b = self.var(), self.var()
-        op = self.d.choice(["add", "mul", "sub", "maximum", "eq", "sum", "neg", "exp", "clamp"])
-        if op == "sum":
-            call = f"torch.sum({a}, {self.dim(self.t(a))}{{out}})"
+        op = self.d.choice(["add", "mul", "sub", "maximum", "eq", "sum", "neg", "exp", "clamp", "cumsum", "prod"])
+        if op in ("sum", "cumsum", "prod"):
+            call = f"torch.{op}({a}, {self.dim(self.t(a))}{{out}})"
         elif op in ("neg", "exp"):
             call = f"torch.{op}({a}{{out}})"
         elif op == "clamp":
@@ -566,19 +568,19 @@ class Gen:
         except Exception:  # noqa: BLE001 - the functional form raises: emit it to match the error
             return self.emit(f"{self.new()} = " + call.format(out=""))
         storage = {self.t(v).untyped_storage().data_ptr() for v in (a, b)}
+        resize = self.d.int(0, 3) == 0
         candidates = sorted((k for k, v in tensors(self.ns).items()
-                             if v.untyped_storage().data_ptr() not in storage and v.shape == result.shape
-                             and (op != "sum" or v.dtype == result.dtype)), key=lambda k: int(k[1:]))
+                             if v.untyped_storage().data_ptr() not in storage
+                             and (resize or v.shape == result.shape)), key=lambda k: int(k[1:]))
         if candidates and self.d.int(0, 1):
             out = self.d.choice(candidates)
         else:
             out = self.new()
             dt = "torch." + str(result.dtype)[6:]
-            # exp into a wider out= computes in the out= dtype on CPU (pjrt: in the result's and
-            # converts, like a reduction: the known gap above), so it gets the result's dtype.
-            if op not in ("sum", "exp") and self.d.int(0, 1):
+            if self.d.int(0, 1):
                 dt = self.d.choice(["torch.float32", "torch.float64", "torch.int64", "torch.bool", "torch.float16"])
-            if not self.emit(f"{out} = torch.empty({tuple(result.shape)}, dtype={dt}, device=dev)"):
+            shape = (0,) if resize else tuple(result.shape)
+            if not self.emit(f"{out} = torch.empty({shape}, dtype={dt}, device=dev)"):
                 return False
         return self.emit(call.format(out=f", out={out}"))
 
@@ -910,9 +912,10 @@ class Program:
         return "\n".join(self.lines)
 
 
-def generate(draw, max_ops=6):
-    """A program from `draw`'s choices, run on CPU as it is built."""
-    g = Gen(draw)
+def generate(draw, max_ops=6, focus=()):
+    """A program from `draw`'s choices, run on CPU as it is built; `focus` names op kinds (the
+    `op_*` methods of Gen, e.g. "out") that half of the ops are drawn from."""
+    g = Gen(draw, focus)
     rank = draw.int(0, 3)
     base = [draw.choice([1, 2, 3, 4, 2, 3, 0]) for _ in range(rank)]
     if math.prod(base) > 64:
@@ -1071,12 +1074,6 @@ def recomputes(line, name, values, dev_t, result=lambda t: t):
         return False
 
 
-def zeros_strided(shape, stride, dtype, device):
-    """Zeros laid out with exactly these strides (an expanded layout included)."""
-    size = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(n > 0 for n in shape) else 0
-    return torch.zeros(size, dtype=dtype, device=device).as_strided(shape, stride)
-
-
 def explained_update(program, dev_t, name, i):
     """Whether line i, an in-place method call on `name` that nothing writes over later, gives
     pjrt's value from CPU's values before it with subnormal floats flushed (`flushes_denormals`)."""
@@ -1099,37 +1096,6 @@ def explained_update(program, dev_t, name, i):
     own = {v: dev_t[v].detach().cpu() if v in dev_t and program.cpu_ns[v].untyped_storage().data_ptr() not in written
            else flushed(snap[v].clone()) for v in names}
     return recomputes(line, name, own, dev_t, flushed)
-
-
-def strides_from_meta(program, dev_t, name):
-    """Whether pjrt's strides for `name` are those torch's Meta kernel computes for its defining
-    line (pjrt takes result strides from Meta kernels; where torch's disagrees with the CPU kernel,
-    as its Python logical_xor(x, y) does for a broadcast x, the difference is torch's), or those CPU
-    eager computes when no input needs a cast: CPU's TensorIterator first copies an input of another
-    dtype into a fresh tensor (contiguous where the input was expanded) and orders dimensions by
-    that copy, where the Meta kernels (and CUDA's) order them by the inputs as given.
-    aten/native_meta.cc now gives the CPU's strides in both cases for the ops in its table
-    (logical_xor/and/or included), so this tolerance covers fewer ops than it accepts: narrowing it
-    to the ops outside that table is open."""
-    defining = [i for i, line in enumerate(program.lines) if re.match(rf"\s*{name}\s*=", line)]
-    if len(defining) != 1:
-        return False
-    line = program.lines[defining[0]]
-    inputs = {v: dev_t[v] for v in re.findall(r"\bv\d+\b", line.split("=", 1)[1])}
-    common = functools.reduce(torch.promote_types, [t.dtype for t in inputs.values()]) if inputs else None
-    for device, dtype_of in (("meta", lambda t: t.dtype), ("cpu", lambda t: common)):
-        ns = namespace(device)
-        for v, t in inputs.items():
-            ns[v] = zeros_strided(t.shape, t.stride(), dtype_of(t), device)
-        try:
-            with quiet():
-                exec(line, ns)
-        except Exception:  # noqa: BLE001
-            continue
-        m = ns.get(name)
-        if isinstance(m, torch.Tensor) and significant_strides(m) == significant_strides(dev_t[name]):
-            return True
-    return False
 
 
 # Loose enough for the few-ulp differences between XLA's and CPU eager's math functions once a later
@@ -1257,9 +1223,6 @@ def _check(program):
                 compare(name, dev_t[name], cpu_t[name], last.get(name, "?"), tol=tol)
             except ValueMismatch:
                 if not explained_by_inputs(program, dev_t, name):
-                    raise
-            except StrideMismatch:
-                if not strides_from_meta(program, dev_t, name):
                     raise
     except Mismatch:
         raise

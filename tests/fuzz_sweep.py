@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/fuzz_sweep.py --programs 10000            # writes docs/fuzz.md
     .venv/bin/python tests/fuzz_sweep.py --programs 500 --start 20000 --out /tmp/fuzz.md
+    .venv/bin/python tests/fuzz_sweep.py --programs 2000 --focus out,reduce --out /tmp/fuzz.md
 
 Program i is generated from random.Random(start + i) by tests/fuzz_programs.py, the generator
 tests/test_fuzz.py runs under hypothesis, so a failure here is reproduced by its seed
@@ -34,6 +35,9 @@ def main():
     ap.add_argument("--programs", type=int, default=10000)
     ap.add_argument("--start", type=int, default=0, help="first seed")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "docs", "fuzz.md"))
+    ap.add_argument("--focus", default="",
+                    help="comma-separated op kinds (Gen.op_* in fuzz_programs.py, e.g. out,reduce) that half "
+                         "of the ops are drawn from; a failure replays with the same --focus")
     ap.add_argument("--progress", type=int, default=500, help="print a line every N programs")
     ap.add_argument("--seconds", type=float, default=None,
                     help="stop after this long; the report covers the programs run (for a lent machine's time)")
@@ -49,7 +53,7 @@ def main():
     for k in range(args.programs):
         seed = args.start + k
         try:
-            program = FP.generate(FP.RandomDraw(seed))
+            program = FP.generate(FP.RandomDraw(seed), focus=[k for k in args.focus.split(",") if k])
             gaps.update(program.gaps)
             lines += len(program.lines)
             FP.check(program)
@@ -83,7 +87,8 @@ def write_report(args, clean, raised, failures, gaps, cpu_errors, lines, elapsed
         "Written by `tests/fuzz_sweep.py`; regenerate with",
         "",
         "```bash",
-        f".venv/bin/python tests/fuzz_sweep.py --programs {n}" + (f" --start {args.start}" if args.start else ""),
+        f".venv/bin/python tests/fuzz_sweep.py --programs {n}" + (f" --start {args.start}" if args.start else "")
+        + (f" --focus {args.focus}" if args.focus else ""),
         "```",
         "",
         "Each program is 1-3 input tensors (NaN, infinities, signed zeros, large and extreme integer values; "
@@ -124,8 +129,8 @@ def write_report(args, clean, raised, failures, gaps, cpu_errors, lines, elapsed
         "Also left out by construction, each with its reason in `tests/fuzz_programs.py`: integer division by "
         "zero (a data-dependent error) and int32/int64 min // -1 (SIGFPE in CPU eager), float -> int casts of "
         "NaN, infinities or out-of-range values (undefined in C++), out-of-range indices, "
-        "`clone(memory_format=...)`/`.contiguous()`, out= tensors that need resizing or alias an input, a one-element tensor written into itself by indexing (CPU eager raises or not by the rank of the value, which reaches the device expanded either way), mask writes of a one-element tensor of another dtype (CPU eager fills from a one-element CPU tensor as from a Python number and raises where it overflows the destination; CUDA and pjrt convert it as a tensor), in-place writes that read their own memory under another layout (`v.mul_(v.mT)`: CPU eager allows the full overlap and computes in its loop order, reading elements it already wrote), "
-        "reductions into another out= dtype, and gelu of infinities (CPU eager's vectorized and scalar "
+        "`clone(memory_format=...)`/`.contiguous()`, out= tensors that alias an input, a one-element tensor written into itself by indexing (CPU eager raises or not by the rank of the value, which reaches the device expanded either way), mask writes of a one-element tensor of another dtype (CPU eager fills from a one-element CPU tensor as from a Python number and raises where it overflows the destination; CUDA and pjrt convert it as a tensor), in-place writes that read their own memory under another layout (`v.mul_(v.mT)`: CPU eager allows the full overlap and computes in its loop order, reading elements it already wrote), "
+        "and gelu of infinities (CPU eager's vectorized and scalar "
         "kernels disagree).",
         "",
         "A value that differs is also accepted where CPU eager computes pjrt's value from the line's own "

@@ -664,3 +664,25 @@ def test_reductions_into_a_wider_out_reduce_in_its_dtype(reduce):
                 result("pjrt", y, out_dtype)
             continue
         assert torch.equal(result("pjrt", y, out_dtype), expected)
+
+
+@pytest.mark.parametrize("reduce", [
+    lambda x, dtype: torch.sum(x, 1, dtype=dtype), lambda x, dtype: torch.sum(x, dtype=dtype),
+    lambda x, dtype: torch.nansum(x, 1, dtype=dtype), lambda x, dtype: torch.prod(x[:2], 1, dtype=dtype),
+    lambda x, dtype: torch.cumsum(x, 1, dtype=dtype), lambda x, dtype: torch.cumprod(x, 1, dtype=dtype),
+    lambda x, dtype: torch.mean(x, 1, dtype=dtype),
+], ids=["sum_dim", "sum", "nansum", "prod", "cumsum", "cumprod", "mean"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reductions_into_a_half_dtype_round_their_input_to_it_first(reduce, dtype):
+    """CPU casts a reduction's input to its result dtype before accumulating in float (mean aside:
+    its half types sum the input in float): 9.2e22 is inf in float16, so a row holding it and -1e7
+    sums to NaN, 1e5 is inf there, and 1000.123 rounds to 1000 before it is added. prod takes the
+    rows whose partial products are exact in the half type: CPU's prod of a half type rounds each
+    step, in its own order (docs/design.md, "Products of half types")."""
+    x = torch.tensor([[-1e7, 9.2e22, 1.0, 0.0, 3.0, -2.0],
+                      [1e5, 2 ** -10, 4.0, 0.5, 2.0, -0.25],
+                      [1000.123, 999.751, -3.0625, 0.5, 517.3, 11.0]], dtype=torch.float64)
+    expected = reduce(x, dtype)
+    actual = reduce(x.to("pjrt"), dtype).cpu()
+    assert torch.equal(actual.isnan(), expected.isnan())
+    assert torch.equal(actual.nan_to_num(), expected.nan_to_num())

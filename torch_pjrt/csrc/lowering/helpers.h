@@ -84,6 +84,13 @@ double HighestFinite(ElementType t);
 
 // Sum of `x` over `dims` accumulated in `acc` type.
 Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc);
+
+// The input of a reduction or scan with a result dtype (sum, nansum, prod, cumsum, cumprod; their
+// dtype= or out=) as torch's CPU kernel reads it: cast to the result dtype first
+// (make_reduction_from_out_ty, self.toType(dtype)), so a float32 value rounds to a float16
+// result's precision, or overflows to inf there, before it is accumulated in float. (mean does
+// not: its half types sum their input in float.)
+Val InResultDtype(Emitter& e, const Val& x, ElementType result);
 // rows[i, :] = table[index[i], :] for table [V, D] and index [N] (s64).
 Val TakeRows(Emitter& e, const Val& table, const Val& index);
 // The p-norm over `dims` of non-negative `magnitudes` (|x|), in their type: ord inf / -inf is

@@ -30,13 +30,13 @@ int64_t Count(const Val& x, const Dims& dims) {
 
 // sum.dim_IntList(self, dim?, keepdim=False, *, dtype=None) and sum(self, *, dtype=None).
 std::vector<Val> LowerSumDim(LowerCtx& c) {
-  Val x = c.tensor(0);
+  Val x = InResultDtype(c.e, c.tensor(0), c.out().dtype);
   Dims dims = ReduceDims(c, 1, x.rank());
   ElementType acc = Opmath(c.out().dtype);
   return {Finish(c, SumDims(c.e, x, dims, acc), x, dims, c.bool_arg(2, false))};
 }
 std::vector<Val> LowerSum(LowerCtx& c) {
-  Val x = c.tensor(0);
+  Val x = InResultDtype(c.e, c.tensor(0), c.out().dtype);
   Dims dims = NormDims({}, x.rank());
   return {Finish(c, SumDims(c.e, x, dims, Opmath(c.out().dtype)), x, dims, false)};
 }
@@ -46,7 +46,7 @@ std::vector<Val> LowerNansum(LowerCtx& c) {
   Val x = c.tensor(0);
   Dims dims = ReduceDims(c, 1, x.rank());
   ElementType acc = Opmath(c.out().dtype);
-  Val xc = c.e.Convert(x, acc);
+  Val xc = c.e.Convert(InResultDtype(c.e, x, c.out().dtype), acc);
   if (IsFloating(x.dtype())) xc = c.e.Select(c.e.Compare("NE", x, x), c.e.Full(0, xc.type), xc);
   return {Finish(c, SumDims(c.e, xc, dims, acc), x, dims, c.bool_arg(2, false))};
 }
@@ -175,14 +175,14 @@ std::vector<Val> LowerMaxDim(LowerCtx& c) { return LowerMaxMinDim(c, true); }
 std::vector<Val> LowerMinDim(LowerCtx& c) { return LowerMaxMinDim(c, false); }
 
 std::vector<Val> LowerProdDim(LowerCtx& c) {  // prod.dim_int(self, dim, keepdim=False, *, dtype)
-  Val x = c.tensor(0);
+  Val x = InResultDtype(c.e, c.tensor(0), c.out().dtype);
   Dims dims = x.rank() == 0 ? Dims{} : Dims{NormDim(c.int_arg(1), x.rank())};
   ElementType acc = Opmath(c.out().dtype);
   Val r = c.e.Reduce(c.e.Convert(x, acc), c.e.Scalar(1, acc), dims, "multiply");
   return {Finish(c, r, x, dims, c.bool_arg(2, false))};
 }
 std::vector<Val> LowerProd(LowerCtx& c) {  // prod(self, *, dtype)
-  Val x = c.tensor(0);
+  Val x = InResultDtype(c.e, c.tensor(0), c.out().dtype);
   ElementType acc = Opmath(c.out().dtype);
   Dims dims = NormDims({}, x.rank());
   return {Finish(c, c.e.Reduce(c.e.Convert(x, acc), c.e.Scalar(1, acc), dims, "multiply"), x, dims, false)};

@@ -97,7 +97,7 @@ Val PositiveZero(Emitter& e, const Val& r, std::string_view op) {
 
 // cumsum / cumprod (self, dim, *, dtype=None): in the output type, half types in float.
 std::vector<Val> CumulativeOp(LowerCtx& c, const char* op) {
-  Val x = c.tensor(0);
+  Val x = InResultDtype(c.e, c.tensor(0), c.out().dtype);
   ElementType acc = Opmath(c.out().dtype);
   Val xc = c.e.Convert(x, acc);
   if (x.rank() == 0 || x.numel() == 0) return {c.e.Convert(xc, c.out().dtype)};
