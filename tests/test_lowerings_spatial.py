@@ -160,6 +160,21 @@ def test_max_pool1d_2d(kwargs):
     check(lambda x: F.max_pool2d(x, **kwargs), [make((2, 3, 9, 10))], channels_last=True)
 
 
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_max_pool1d_of_a_transposed_input_is_laid_out_as_on_the_cpu(requires_grad):
+    """CPU's own max_pool1d kernel (taken without a gradient) writes a contiguous result; with one,
+    torch takes max_pool1d_with_indices, laid out like the input (aten/cpu_path_overrides.cc)."""
+    x = make((2, 2, 3)).mT
+
+    def pool(dev):
+        t = x.to(dev).requires_grad_(requires_grad)
+        return F.max_pool1d(t, 1, stride=1), F.max_pool1d(t[0], 2, stride=1)
+
+    for cpu, pjrt in zip(pool("cpu"), pool("pjrt")):
+        assert pjrt.stride() == cpu.stride()
+        torch.testing.assert_close(pjrt.cpu(), cpu)
+
+
 def test_max_pool2d_ties_nonfinite():
     x = torch.tensor([1.0, 1.0, -float("inf"), 2.0, 2.0, float("nan"), 0.0, float("nan")]).repeat(1, 2, 6, 1)
     check(lambda x: F.max_pool2d(x, 2, 1, return_indices=True), [x])
