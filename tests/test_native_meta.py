@@ -39,6 +39,9 @@ UNARY = {
     "sum": lambda a: a.sum(-1, keepdim=True), "mean": lambda a: a.mean((0, -1)), "amax": lambda a: a.amax(-1),
     "argmax": lambda a: a.argmax(0), "cumsum": lambda a: a.cumsum(-1), "sort": lambda a: a.sort(dim=-1, stable=True),
     "topk": lambda a: a.topk(2, -1), "tril": lambda a: a.tril(), "norm": lambda a: torch.linalg.vector_norm(a, dim=-1),
+    # CPU's kernels write contiguous results whatever the input's layout (aten/meta_overrides.cc,
+    # aten/rrelu_kernels.cc): fuzz seeds 5020376 and 5022061 with --focus nn,more,order,index,matmul.
+    "logsigmoid": F.logsigmoid, "rrelu_eval": lambda a: F.rrelu(a, training=False),
 }
 
 
@@ -73,6 +76,8 @@ BACKWARD = {
     "hardswish": torch.ops.aten.hardswish_backward, "logit": torch.ops.aten.logit_backward,
     "hardsigmoid": torch.ops.aten.hardsigmoid_backward, "sigmoid": torch.ops.aten.sigmoid_backward,
     "threshold": lambda g, x: torch.ops.aten.threshold_backward(g, x, 0.0),
+    # CPU's kernel writes into empty_like(grad_output); torch's Meta kernel follows self.
+    "log_sigmoid": lambda g, x: torch.ops.aten.log_sigmoid_backward(g, x, torch.ops.aten.log_sigmoid_forward(x)[1]),
 }
 
 

@@ -132,19 +132,29 @@ void BinaryIteratorMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results
 // loss has self's dtype (float32 for a float64 target), where torch's Meta kernel promotes.
 constexpr char kHuberLoss[] = "aten::huber_loss", kHuberLossBackward[] = "aten::huber_loss_backward",
                kSmoothL1LossBackward[] = "aten::smooth_l1_loss_backward",
-               kMseLossBackward[] = "aten::mse_loss_backward";
+               kMseLossBackward[] = "aten::mse_loss_backward", kLogSigmoidForward[] = "aten::log_sigmoid_forward",
+               kLogSigmoidBackward[] = "aten::log_sigmoid_backward";
 
 void HuberLossMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   RunOwnMeta(kHuberLoss, "", a, results);
   (*results)[0] = (*results)[0].toTensor().to(a[0].toTensor().scalar_type());
 }
 
-// huber_loss_backward, smooth_l1_loss_backward and mse_loss_backward: CPU's kernels return a
-// contiguous gradient whatever self's layout; torch's Meta kernels follow self.
+// huber_loss_backward, smooth_l1_loss_backward, mse_loss_backward and log_sigmoid_forward: CPU's
+// kernels return contiguous results whatever self's layout; torch's Meta kernels follow self.
 template <const char* kName>
-void ContiguousGradientMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+void ContiguousResultsMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   RunOwnMeta(kName, "", a, results);
-  (*results)[0] = (*results)[0].toTensor().contiguous();
+  for (c10::IValue& r : *results) {
+    if (r.isTensor()) r = r.toTensor().contiguous();
+  }
+}
+
+// log_sigmoid_backward(grad_output, self, buffer): CPU's kernel writes into empty_like(grad_output)
+// (a TensorIterator keeps a given output's layout); torch's Meta kernel follows self.
+void LogSigmoidBackwardMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  RunOwnMeta(kLogSigmoidBackward, "", a, results);
+  (*results)[0] = at::empty_like(a[0].toTensor(), (*results)[0].toTensor().options());
 }
 
 // Backward ops without a Meta kernel in torch whose gradient has self's shape and dtype (self is
@@ -265,10 +275,12 @@ MetaOverride FindMetaOverride(const std::string& name) {
       {"aten::__rshift__.Scalar", &ShiftScalarMeta},
       {"aten::hardtanh_backward", &BinaryIteratorMeta},
       {"aten::huber_loss", &HuberLossMeta},
-      {"aten::huber_loss_backward", &ContiguousGradientMeta<kHuberLossBackward>},
-      {"aten::smooth_l1_loss_backward", &ContiguousGradientMeta<kSmoothL1LossBackward>},
-      {"aten::mse_loss_backward", &ContiguousGradientMeta<kMseLossBackward>},
+      {"aten::huber_loss_backward", &ContiguousResultsMeta<kHuberLossBackward>},
+      {"aten::smooth_l1_loss_backward", &ContiguousResultsMeta<kSmoothL1LossBackward>},
+      {"aten::mse_loss_backward", &ContiguousResultsMeta<kMseLossBackward>},
       {"aten::hardswish_backward", &BinaryIteratorMeta},
+      {"aten::log_sigmoid_forward", &ContiguousResultsMeta<kLogSigmoidForward>},
+      {"aten::log_sigmoid_backward", &LogSigmoidBackwardMeta},
       {"aten::fractional_max_pool3d_backward", &GradientLikeSelfMeta},
       {"aten::multi_margin_loss_backward", &GradientLikeSelfMeta},
       {"aten::multilabel_margin_loss_backward", &GradientLikeSelfMeta},

@@ -27,9 +27,12 @@ at::Tensor RreluWithNoise(const at::Tensor& self, const at::Tensor& noise, const
   return at::where(scaled, self.mul(draws), self);
 }
 
+// The functional form's result is contiguous, as the CPU kernel's (empty_like(self,
+// LEGACY_CONTIGUOUS_MEMORY_FORMAT)) whatever self's layout.
 at::Tensor RreluWithNoiseKernel(const at::Tensor& self, at::Tensor& noise, const c10::Scalar& lower,
                                 const c10::Scalar& upper, bool training, std::optional<at::Generator> generator) {
-  return WithTorchErrors([&] { return RreluWithNoise(self, noise, lower, upper, training, std::move(generator)); });
+  return WithTorchErrors(
+      [&] { return RreluWithNoise(self, noise, lower, upper, training, std::move(generator)).contiguous(); });
 }
 
 at::Tensor& RreluWithNoiseInPlaceKernel(at::Tensor& self, at::Tensor& noise, const c10::Scalar& lower,
