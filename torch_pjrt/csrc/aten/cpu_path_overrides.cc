@@ -5,23 +5,20 @@
 //   result is max_pool1d_with_indices's, laid out like the input, so a transposed input gave a
 //   transposed result (fuzz seed 5012217 with --focus cast,inplace,setitem,view,grad).
 #include <ATen/core/Tensor.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/ops/max_pool1d_native.h>
 #include <torch/library.h>
+
+#include "aten/kernel_util.h"
 
 namespace torch_pjrt::aten {
 
 namespace {
 
-// The condition under which torch's max_pool1d takes max_pool1d_with_indices on a CPU tensor.
-bool NeedsGradient(const at::Tensor& self) {
-  return (self.requires_grad() && at::GradMode::is_enabled()) || self._fw_grad(/*level=*/0).defined();
-}
-
 at::Tensor MaxPool1d(const at::Tensor& self, at::IntArrayRef kernel_size, at::IntArrayRef stride,
                      at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode) {
   at::Tensor out = at::native::max_pool1d(self, kernel_size, stride, padding, dilation, ceil_mode);
-  return NeedsGradient(self) ? out : out.contiguous();
+  // torch's condition for max_pool1d_with_indices on a CPU tensor (the gradient needs the indices).
+  return NeedsDifferentiableResult(self) ? out : out.contiguous();
 }
 
 }  // namespace

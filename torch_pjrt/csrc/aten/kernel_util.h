@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 
@@ -14,6 +15,12 @@
 #include "graph/index_checks.h"
 
 namespace torch_pjrt::aten {
+
+// Whether an op's result must itself be differentiable in `t` (grad mode and requires_grad, or a
+// forward-mode tangent): where torch's own kernels switch to their differentiable path.
+inline bool NeedsDifferentiableResult(const at::Tensor& t) {
+  return t.defined() && ((at::GradMode::is_enabled() && t.requires_grad()) || t._fw_grad(/*level=*/0).defined());
+}
 
 // Writes `value` into an out= tensor as torch's out= kernels do: resized (with torch's warning
 // when a non-empty tensor changes shape), then copied.

@@ -8,13 +8,14 @@
 //   decomposition instead when the result must itself be differentiable (double backward,
 //   forward AD).
 #include <ATen/core/Tensor.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/ops/all.h>
 #include <ATen/ops/cumprod_backward.h>
 #include <ATen/ops/cumprod_backward_native.h>
 #include <ATen/ops/eq.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
+
+#include "aten/kernel_util.h"
 
 namespace torch_pjrt::aten {
 
@@ -25,10 +26,6 @@ bool Equal(const at::Tensor& self, const at::Tensor& other) {
               self.device(), " and ", other.device());
   if (!self.is_same_size(other)) return false;
   return at::eq(self, other).all().item<bool>();
-}
-
-bool NeedsDifferentiableResult(const at::Tensor& t) {
-  return t.defined() && ((at::GradMode::is_enabled() && t.requires_grad()) || t._fw_grad(/*level=*/0).defined());
 }
 
 at::Tensor CumprodBackwardAutograd(const at::Tensor& grad, const at::Tensor& input, int64_t dim,
