@@ -132,6 +132,11 @@ MIXED_DTYPE_LAYOUTS = {
     "where_expanded_f16_transposed_f32": (lambda a, b: torch.where(b.t() > 0, a.expand(3, 3), b.t()),
                                           (torch.randn(3, dtype=torch.float16), torch.randn(3, 3))),
     "threshold_int_float_number": (lambda a: torch.threshold(a.expand(3, 3).t(), 0.5, 7), (torch.arange(3),)),
+    # floor_divide's Meta kernel is a Python reference that laid these out row-major (fuzz seeds 88, 1615).
+    "floor_divide_transposed_int_0d_float": (lambda a, b: torch.floor_divide(a.t(), b),
+                                             (torch.arange(9, dtype=torch.int32).reshape(3, 3), torch.tensor(7.0))),
+    "floor_divide_transposed_f32_expanded_f64": (lambda a, b: torch.floor_divide(a.t(), b.expand(3, 3)),
+                                                 (torch.randn(3, 3), torch.randn(3, dtype=torch.float64))),
 }
 
 

@@ -450,6 +450,23 @@ void LogicalMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
   results->push_back(LogicalResult(args[0].toTensor(), args[1].toTensor()));
 }
 
+// floor_divide(self, other): the CPU runs it as a TensorIterator binary op (div_floor_stub), and its
+// Meta kernel is a Python reference that lays the result out row-major (`floor_divide(x.t(), 0-d
+// float)` was (3, 1), the CPU's (1, 3): fuzz seeds 88, 1615, 6003). No at::meta function exists;
+// the binary op's TensorIterator runs on meta tensors, on CPU's cast temporaries where it makes any.
+at::Tensor BinaryOpResult(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor out;
+  return at::TensorIterator::binary_op(out, a, b).output();
+}
+
+void FloorDivideMeta(c10::ArrayRef<c10::IValue> a, torch::jit::Stack* results) {
+  at::Tensor result = BinaryOpResult(a[0].toTensor(), a[1].toTensor());
+  if (auto cast = CastInputsLikeCpu(a, result.scalar_type())) {
+    result = BinaryOpResult((*cast)[0].toTensor(), (*cast)[1].toTensor());
+  }
+  results->push_back(result);
+}
+
 // The hot ops of real models whose Meta kernel torch replaced with a Python reference (found by
 // walking torch._decomp.global_decomposition_table for overloads with an at::meta function).
 const std::unordered_map<std::string, MetaOverride>& Table() {
@@ -457,6 +474,7 @@ const std::unordered_map<std::string, MetaOverride>& Table() {
       {"aten::fill.Scalar", &FillMeta},
       {"aten::fill.Tensor", &FillMeta},
       {"aten::zero", &FillMeta},
+      {"aten::floor_divide", &FloorDivideMeta},
       {"aten::logical_xor", &LogicalMeta},
       {"aten::logical_and", &LogicalMeta},
       {"aten::logical_or", &LogicalMeta},
