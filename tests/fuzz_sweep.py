@@ -50,10 +50,11 @@ def main():
     cpu_errors = collections.Counter()
     lines = 0
     t0 = time.time()
+    focus = [kind for kind in args.focus.split(",") if kind]
     for k in range(args.programs):
         seed = args.start + k
         try:
-            program = FP.generate(FP.RandomDraw(seed), focus=[k for k in args.focus.split(",") if k])
+            program = FP.generate(FP.RandomDraw(seed), focus=focus)
             gaps.update(program.gaps)
             lines += len(program.lines)
             FP.check(program)

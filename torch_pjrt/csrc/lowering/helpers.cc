@@ -222,9 +222,7 @@ Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc) {
   return e.Reduce(xc, e.Scalar(0, acc), dims, "add");
 }
 
-Val InResultDtype(Emitter& e, const Val& x, ElementType result) {
-  return x.dtype() == result ? x : e.Convert(x, result);
-}
+Val InResultDtype(Emitter& e, const Val& x, ElementType result) { return e.Convert(x, result); }
 
 Val PNorm(Emitter& e, const Val& a, double ord, const Dims& dims) {
   ElementType t = a.dtype();
