@@ -683,6 +683,8 @@ def test_reductions_into_a_half_dtype_round_their_input_to_it_first(reduce, dtyp
                       [1e5, 2 ** -10, 4.0, 0.5, 2.0, -0.25],
                       [1000.123, 999.751, -3.0625, 0.5, 517.3, 11.0]], dtype=torch.float64)
     expected = reduce(x, dtype)
-    actual = reduce(x.to("pjrt"), dtype).cpu()
+    with Counters() as c:
+        actual = reduce(x.to("pjrt"), dtype).cpu()
+    assert c["FallbackOps"] == 0, f"fell back to the CPU: {torch.pjrt.metrics.fallbacks()}"
     assert torch.equal(actual.isnan(), expected.isnan())
     assert torch.equal(actual.nan_to_num(), expected.nan_to_num())
