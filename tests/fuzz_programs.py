@@ -278,8 +278,9 @@ class Gen:
         return self.emit(f"{self.new()} = " + self.d.choice(ACTIVATIONS).format(x=x))
 
     def int_divisor(self, b, op):
-        """Integer division by zero raises on CPU (data-dependent: pjrt cannot), and int32/int64
-        min // -1 kills CPU eager with SIGFPE: integer divisors are made >= 1."""
+        """int32/int64 min // -1 kills CPU eager with SIGFPE, and a zero divisor raises (on pjrt
+        when the graph runs; tests/test_correctness.py covers it) and would end most programs
+        early: integer divisors are made >= 1."""
         if op in ("div", "remainder", "fmod", "floor_divide", "/", "//", "%"):
             return f"{b}.clamp(min=1)" if not self.t(b).is_floating_point() else b
         return b
@@ -366,7 +367,7 @@ class Gen:
         t = self.t(x)
         integral = not t.is_floating_point()
         if op in ("/", "//", "%") and integral and not isinstance(s, float) and s in (0, -1, False):
-            s = 3  # integer division by zero raises (data-dependent on pjrt); min // -1 is SIGFPE on CPU
+            s = 3  # integer division by zero raises (test_correctness.py covers it); min // -1 is SIGFPE on CPU
         if op == "**" and integral and not isinstance(s, float) and s < 0:
             s = 2  # integers to negative integer powers raise on CPU
         if self.d.int(0, 3) == 0 and not (integral and op in ("/", "//", "%", "**")):

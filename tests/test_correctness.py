@@ -1,6 +1,7 @@
 """No silent wrong answers: regressions for every mismatch an outside review found, each compared
 with CPU eager (default dtype, memory formats, NaN and infinities, out-of-range indices, sizes
 past 16 bits, threads, errors found after launch, compile logging on the autograd thread)."""
+import inspect
 import math
 import os
 import subprocess
@@ -166,6 +167,72 @@ def test_a_bad_index_found_at_the_next_sync_spoils_what_was_traced_from_it_meanw
     with pytest.raises(IndexError):
         later.cpu()  # ...and what was computed from the bad value is not returned
     same(fine, torch.arange(5.0) - 1)
+
+
+def test_a_repeated_bad_read_raises_its_own_error_at_its_own_read():
+    # The read memo answered the second, identical read with the first one's poisoned buffer (the
+    # first error and line) and left the second check pending: it raised at the next, unrelated sync.
+    d = torch.arange(5.0, device="pjrt")
+    bad = torch.tensor([7], device="pjrt")
+    for _ in range(2):
+        result, line = d[bad], inspect.currentframe().f_lineno
+        with pytest.raises(IndexError, match=f"traced at {__file__}:{line} "):
+            result.cpu()
+    same(d + 1, torch.arange(5.0) + 1)
+
+
+# ---------------------------------------------------------------------------------- integer division
+
+INTEGER_DIVISIONS = [
+    ("floor_divide", lambda a, b: a // b),
+    ("div floor", lambda a, b: torch.div(a, b, rounding_mode="floor")),
+    ("div trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc")),
+    ("remainder", lambda a, b: a % b),
+    ("fmod", torch.fmod),
+    ("floor_divide_", lambda a, b: a.clone().floor_divide_(b)),
+    ("remainder out=", lambda a, b: torch.remainder(a, b, out=torch.empty(3, dtype=torch.int64, device=a.device))),
+    ("uint8", lambda a, b: a.to(torch.uint8) // b.to(torch.uint8)),
+]
+
+
+@pytest.mark.parametrize("name,fn", INTEGER_DIVISIONS, ids=[c[0] for c in INTEGER_DIVISIONS])
+def test_integer_division_by_zero_raises_zero_division_error(name, fn):
+    a, b = torch.tensor([5, -3, 7]), torch.tensor([1, 0, 2])
+    with pytest.raises(RuntimeError, match="^ZeroDivisionError$"):
+        fn(a, b)
+    # A device divisor is checked when the graph runs (XLA's integer division gave -1 or the
+    # dividend): the read raises, naming the op and the line.
+    result = fn(a.to("pjrt"), b.to("pjrt"))
+    with pytest.raises(RuntimeError, match="^ZeroDivisionError: an integer division by zero in aten::") as info:
+        result.cpu()
+    assert f"traced at {__file__}:" in str(info.value)
+    same(a.to("pjrt") + 1, a + 1)  # reported once: the next sync is clean
+    # A number or a CPU scalar is checked at the call, as the CPU does.
+    for zero in (torch.tensor(0),) if name == "uint8" else (0, torch.tensor(0)):
+        with pytest.raises(RuntimeError, match="^ZeroDivisionError$"):
+            fn(a.to("pjrt"), zero)
+    same(fn(a.to("pjrt"), torch.tensor([1, 2, -3], device="pjrt")), fn(a, torch.tensor([1, 2, -3])))
+
+
+def test_divisions_that_the_cpu_does_not_refuse_are_not_checked():
+    a, z = torch.tensor([5, -3, 7]), torch.tensor([0, 0, 0])
+    cases = [
+        lambda a, z: a / z,  # true division: a float result
+        lambda a, z: torch.div(a, z),
+        lambda a, z: a // z.double(),  # promoted to a float type
+        lambda a, z: a // 0.0,
+        lambda a, z: torch.remainder(a.float(), z),
+        lambda a, z: a[:0] // z[:1],  # empty: CPU's loop never runs
+        lambda a, z: a[:0] // 0,
+    ]
+    for fn in cases:
+        torch.pjrt.metrics.reset()
+        same(fn(a.to("pjrt"), z.to("pjrt")), fn(a, z))
+        assert torch.pjrt.metrics.fallbacks() == {}
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.remainder(5, z)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.remainder(5, z.to("pjrt")).cpu()
 
 
 # ---------------------------------------------------------------------------------- sizes

@@ -360,13 +360,6 @@ def test_lowering_checks_raise_at_the_call():
         (torch.ones(2, device="pjrt") + 1).cpu()  # and the next sync is clean
 
 
-@gap("integer division by zero raises on CPU (a data-dependent check: it needs the values, like the out-of-range "
-     "index checks being added to aten/lowered_kernel.cc and graph/)")
-def test_known_gap_integer_division_by_zero():
-    with pytest.raises(RuntimeError):
-        torch.div(torch.tensor([1], device="pjrt"), torch.tensor([0], device="pjrt"), rounding_mode="floor").cpu()
-
-
 @gap("denormals: XLA:CPU's client runs executables with flush-to-zero and denormals-are-zero set "
      "(runtime/plugin, not a lowering); CPU eager keeps denormals")
 def test_known_gap_denormals_are_flushed():

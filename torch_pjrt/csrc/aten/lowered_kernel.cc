@@ -28,6 +28,7 @@
 #include "aten/lowered_kernel.h"
 #include "aten/op_signature.h"
 #include "aten/torch_errors.h"
+#include "aten/zero_divisor.h"
 #include "graph/index_checks.h"
 #include "graph/metrics.h"
 #include "graph/executor.h"
@@ -613,8 +614,10 @@ class LoweredKernel final : public c10::OperatorKernel {
     if (meta.cpu_refusal) meta.cpu_refusal->Raise();
     if (auto refusal = CpuScalarRangeRefusal(sig, args)) refusal->Raise();
 
-    // The Python line goes into index-check errors; found before locking (it runs Python).
-    std::string where = sig.index_checks.empty() ? std::string() : graph::SourceLocation();
+    bool check_divisor = sig.zero_divisor_check.enabled &&
+                         CheckDivisorOnHost(sig, args, c10::multiply_integers(meta.outputs[0].sizes));
+    // The Python line goes into check errors; found before locking (it runs Python).
+    std::string where = sig.index_checks.empty() && !check_divisor ? std::string() : graph::SourceLocation();
     graph::GraphLock lock;
     NodeBuilder b{device, {}, {}, {}};
     b.inputs.reserve(sig.num_functional_args + 2);  // one allocation (+2: a random op's seed and offset)
@@ -686,6 +689,9 @@ class LoweredKernel final : public c10::OperatorKernel {
       for (const lowering::UnitIntervalArgSpec& spec : sig.unit_interval_checks) {
         const Arg& a = b.args[spec.arg];
         if (a.kind == ArgKind::kTensor) graph::AddUnitIntervalCheck(device, b.inputs[a.payload], values[0], spec.message);
+      }
+      if (check_divisor && b.args[1].kind == ArgKind::kTensor) {
+        graph::AddNonzeroCheck(device, b.inputs[b.args[1].payload], values[0], ZeroDivisorMessage(sig, where));
       }
     }
     for (size_t k = 0; k < mutated.size(); ++k) {

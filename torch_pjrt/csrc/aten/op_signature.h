@@ -47,6 +47,7 @@ struct OpSignature {
   bool integer_indices_only = false;        // boolean index tensors take the CPU path
   std::vector<lowering::IndexArgSpec> index_checks;  // index arguments checked against bounds
   std::vector<lowering::UnitIntervalArgSpec> unit_interval_checks;  // arguments checked to lie in [0, 1]
+  lowering::ZeroDivisorCheck zero_divisor_check;  // integer division: a zero divisor raises
   bool random = false;                      // draws from a pjrt Generator (lowering table)
   bool cpu_probe = true;                    // OpLowering::cpu_probe
   int generator_arg = -1;                   // the Generator? argument, if the schema has one

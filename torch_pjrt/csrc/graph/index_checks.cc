@@ -60,18 +60,23 @@ class CheckReach {
 
 void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what,
                    std::optional<int64_t> exempt) {
-  Trace(device).checks.push_back(IndexCheck{std::move(indices), std::move(consumer), lo, hi, false,
+  Trace(device).checks.push_back(IndexCheck{std::move(indices), std::move(consumer), lo, hi, CheckRule::kRange,
                                             CheckError{ErrorKind::kIndex, std::move(what)}, exempt});
 }
 
 void AddUnitIntervalCheck(int device, Value values, Value consumer, std::string message) {
-  Trace(device).checks.push_back(
-      IndexCheck{std::move(values), std::move(consumer), 0, 1, true, CheckError{ErrorKind::kRuntime, std::move(message)}});
+  Trace(device).checks.push_back(IndexCheck{std::move(values), std::move(consumer), 0, 1, CheckRule::kUnitInterval,
+                                            CheckError{ErrorKind::kRuntime, std::move(message)}});
 }
 
 void AddValueRangeCheck(int device, Value values, Value consumer, int64_t lo, int64_t hi, std::string message) {
-  Trace(device).checks.push_back(
-      IndexCheck{std::move(values), std::move(consumer), lo, hi, false, CheckError{ErrorKind::kRuntime, std::move(message)}});
+  Trace(device).checks.push_back(IndexCheck{std::move(values), std::move(consumer), lo, hi, CheckRule::kRange,
+                                            CheckError{ErrorKind::kRuntime, std::move(message)}});
+}
+
+void AddNonzeroCheck(int device, Value values, Value consumer, std::string message) {
+  Trace(device).checks.push_back(IndexCheck{std::move(values), std::move(consumer), 0, 0, CheckRule::kNonzero,
+                                            CheckError{ErrorKind::kRuntime, std::move(message)}});
 }
 
 void AddReadGuard(int device, Value computed, Value captured, std::string message) {
@@ -96,7 +101,7 @@ Value PackIndexChecks(int device, const std::vector<IndexCheck>& checks) {
     inputs.push_back(c.consumer);
     bounds.push_back(c.lo);
     bounds.push_back(c.hi);
-    bounds.push_back(c.unit_interval ? 1 : 0);
+    bounds.push_back(static_cast<int64_t>(c.rule));
     bounds.push_back(c.exempt.has_value() ? 1 : 0);
     bounds.push_back(c.exempt.value_or(0));
   }

@@ -171,6 +171,17 @@ void AnsweredWithoutCut(LazyStorage* s, const Value& computed, bool guarded, std
   if (trace.uncut_reads++ == 0) trace.first_uncut_read = std::move(where);
 }
 
+// Whether a check of this trace (an index or value check) guards a node of the read's computation.
+// Such a read syncs: the check runs now and a failure raises its own error at this read. Answered
+// from memory, the read raised the remembered error of an earlier, identical failure and left this
+// check pending, to raise at a later, unrelated sync.
+bool ReadsCheckedValue(const DeviceTrace& trace, const Cone& cone) {
+  for (const IndexCheck& c : trace.checks) {
+    if (cone.hashes.count(c.consumer.node.get()) > 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void ForgetRememberedReads() {
@@ -182,6 +193,7 @@ void SyncForRead(LazyStorage* s, SyncCause cause, std::string where) {
   GraphLock lock;
   Cone cone;
   std::optional<ReadKey> key = KeyOf(s, &cone);
+  if (key && ReadsCheckedValue(Trace(s->device()), cone)) key.reset();
   const bool guarded = key && GuardedInCapture(s, cause);
   const Value computed = s->pending();
   if (key) {

@@ -52,14 +52,17 @@ struct CheckError {
   std::string text;  // "dimension 0 with size 5 in aten::index_select, traced at f.py:3 in g"
 };
 
+// What a check asks of its values: to lie in [lo, hi) (indices, integer ranges), in [0, 1] with NaN
+// failing (binary_cross_entropy's inputs), or to be nonzero (integer divisors).
+enum class CheckRule : int64_t { kRange = 0, kUnitInterval = 1, kNonzero = 2 };
+
 // A tensor read by an op of this trace whose values are checked when the graph runs (design:
-// "Index bounds"): an index tensor against [lo, hi), or (unit_interval) values that must lie in
-// [0, 1], NaN failing, like binary_cross_entropy's inputs.
+// "Index bounds").
 struct IndexCheck {
   Value indices;   // the checked values
   Value consumer;  // an output of the op that used them: what a failed check spoils
   int64_t lo = 0, hi = 0;
-  bool unit_interval = false;
+  CheckRule rule = CheckRule::kRange;
   CheckError error;
   std::optional<int64_t> exempt;  // counts as in range (nll_loss's ignore_index)
   // A failure spoils every result of the graph, not only the consumer's dependents: a read guard

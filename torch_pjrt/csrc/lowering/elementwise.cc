@@ -694,9 +694,9 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("rsub.Tensor", LowerRsub);
   r.Add("mul.Tensor", LowerMul);
   r.Add("div.Tensor", LowerDiv);
-  r.Add("div.Tensor_mode", LowerDivMode);
-  r.Add("remainder.Tensor", LowerRemainder);
-  r.Add("fmod.Tensor", LowerFmod);
+  r.Add("div.Tensor_mode", LowerDivMode).zero_divisor_check = {true, 2};
+  r.Add("remainder.Tensor", LowerRemainder).zero_divisor_check.enabled = true;
+  r.Add("fmod.Tensor", LowerFmod).zero_divisor_check.enabled = true;
   r.Add("pow.Tensor_Tensor", LowerPow);
   r.Add("pow.Scalar", LowerPow);
   r.Add("pow.Tensor_Scalar", LowerPowScalar).structural_scalars = {1};

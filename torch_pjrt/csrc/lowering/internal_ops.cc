@@ -319,20 +319,31 @@ Val UnitIntervalRow(Emitter& e, const Val& values) {
   return e.Concatenate({e.Reshape(ok, {1, 1}), e.Full(0, TensorType{ElementType::kS64, {1, 1}})}, 1);
 }
 
+// One row of a nonzero check: (1 if no value is zero else 0, 0).
+Val NonzeroRow(Emitter& e, const Val& values) {
+  Val v = e.Reshape(values, {values.numel()});
+  Val nonzero = e.Compare("NE", v, e.Full(0, v.type));
+  Val ok = e.Convert(e.Reduce(nonzero, e.Scalar(1, ElementType::kBool), {0}, "and"), ElementType::kS64);
+  return e.Concatenate({e.Reshape(ok, {1, 1}), e.Full(0, TensorType{ElementType::kS64, {1, 1}})}, 1);
+}
+
 // index_checks(idx_0, consumer_0, idx_1, consumer_1, ...,
-//              checks=[lo_0, hi_0, unit_interval_0, has_exempt_0, exempt_0, lo_1, ...])
+//              checks=[lo_0, hi_0, rule_0, has_exempt_0, exempt_0, lo_1, ...])
 // -> s64[N, 2]: per check (1 if every index is in [lo, hi) or equals the exempt value else 0, an
-// offending index), or for a unit-interval check (1 if every value is in [0, 1] else 0, 0). The
-// consumers are inputs only so that the graph's identity covers which op each check guards.
+// offending index), or for a unit-interval or nonzero check (graph::CheckRule: 1 if every value
+// passes else 0, 0). The consumers are inputs only so that the graph's identity covers which op
+// each check guards.
 std::vector<Val> LowerIndexChecks(LowerCtx& c) {
   constexpr size_t kSpec = 5;
+  constexpr int64_t kUnitInterval = 1, kNonzero = 2;  // graph::CheckRule
   Dims specs = c.int_list(c.num_args() - 1);
   size_t n = specs.size() / kSpec;
   std::vector<Val> rows;
   for (size_t k = 0; k < n; ++k) {
     const int64_t* spec = &specs[kSpec * k];
-    if (spec[2] != 0) {
-      rows.push_back(UnitIntervalRow(c.e, c.tensor(2 * k)));
+    if (spec[2] == kUnitInterval || spec[2] == kNonzero) {
+      const Val& values = c.tensor(2 * k);
+      rows.push_back(spec[2] == kUnitInterval ? UnitIntervalRow(c.e, values) : NonzeroRow(c.e, values));
       continue;
     }
     Dims bounds{spec[0], spec[1]};

@@ -98,6 +98,16 @@ struct UnitIntervalArgSpec {
   std::string message;
 };
 
+// An integer division, argument 1 dividing argument 0 (floor_divide, remainder, fmod, div with a
+// rounding mode): where the two promote to an integer type, CPU's kernels raise
+// RuntimeError("ZeroDivisionError") for a zero divisor, and XLA's integer division would give -1
+// or the dividend. A number is checked at the call, a tensor when the graph runs.
+struct ZeroDivisorCheck {
+  bool enabled = false;
+  // div's rounding_mode: None is true division (a float result, nothing to check).
+  int rounding_mode_arg = -1;
+};
+
 struct OpLowering {
   // Schema name without the "aten::" namespace ("add.Tensor", "relu"), or "pjrt::<name>" for our
   // internal ops (views, layout changes), which are never registered with the dispatcher.
@@ -116,6 +126,7 @@ struct OpLowering {
   std::vector<IndexArgSpec> index_checks;
   // Arguments checked to lie in [0, 1].
   std::vector<UnitIntervalArgSpec> unit_interval_checks;
+  ZeroDivisorCheck zero_divisor_check;
   // The op draws random numbers: the ATen layer appends one argument, the generator's (seed,
   // offset) as value scalars (LowerCtx::rng_state), and advances the generator.
   bool random = false;

@@ -531,8 +531,10 @@ void RegisterSpecialOps(Registry& r) {
   r.Add("fmin", LowerFmin);
   // In-place variants named apart from their functional op (floor_divide_.Tensor, __ilshift__); floor_divide.Scalar is
   // CompositeExplicitAutograd (floor_divide with a wrapped number).
-  r.Add("floor_divide", LowerFloorDivide).extra_variants = {"floor_divide_.Tensor"};
-  r.Add("remainder.Scalar_Tensor", LowerRemainderScalarTensor);
+  OpLowering& floor_divide = r.Add("floor_divide", LowerFloorDivide);
+  floor_divide.extra_variants = {"floor_divide_.Tensor"};
+  floor_divide.zero_divisor_check.enabled = true;
+  r.Add("remainder.Scalar_Tensor", LowerRemainderScalarTensor).zero_divisor_check.enabled = true;
   r.Add("logaddexp", LowerLogaddexp);
   r.Add("logaddexp2", LowerLogaddexp2);
   r.Add("xlogy.Tensor", LowerXlogy);
