@@ -183,3 +183,61 @@ def test_dropout_matches_its_definition_and_backward():
     torch.testing.assert_close(y.detach().cpu()[kept], x.detach().cpu()[kept] / 0.75)
     torch.testing.assert_close(x.grad.cpu(), kept.float() / 0.75)
     assert torch.equal(torch.nn.functional.dropout(x, 0.25, training=False).detach().cpu(), x.detach().cpu())
+
+
+# ---------------------------------------------------------------------------------- argument checks
+
+def _raised(fn, dev):
+    try:
+        result = fn(dev)
+        result.cpu()
+    except RuntimeError as e:
+        return str(e).splitlines()[0]
+    return None
+
+
+# Arguments CPU's kernels refuse, which torch's Meta kernels accept: pjrt drew from them silently
+# (a p of 1.5 drew ones, uniform_(1, 0) numbers in [0, 1), a negative std flipped the noise,
+# multinomial sampled from negative or all-zero rows). Numbers are refused at the call; tensors
+# when the graph runs, with CPU's message.
+BAD_RANDOM_ARGUMENTS = {
+    "uniform_ from > to": lambda d: torch.zeros(3, device=d).uniform_(1, 0),
+    "uniform_ to infinite": lambda d: torch.zeros(3, device=d).uniform_(0, math.inf),
+    "random_ from >= to": lambda d: torch.zeros(3, device=d).random_(5, 2),
+    "random_ to 0": lambda d: torch.zeros(3, device=d).random_(0),
+    "randint high <= low": lambda d: torch.randint(5, 2, (3,), device=d),
+    "bernoulli_ p 1.5": lambda d: torch.zeros(3, device=d).bernoulli_(1.5),
+    "bernoulli p tensor": lambda d: torch.bernoulli(torch.tensor([0.5, 1.5], device=d)),
+    "bernoulli p NaN": lambda d: torch.bernoulli(torch.tensor([0.5, math.nan], device=d)),
+    "bernoulli_ p tensor": lambda d: torch.zeros(2, device=d).bernoulli_(torch.tensor([0.5, -0.5], device=d)),
+    "normal std tensor": lambda d: torch.normal(torch.zeros(2, device=d), torch.tensor([1.0, -1.0], device=d)),
+    "normal float mean, std tensor": lambda d: torch.normal(0.0, torch.tensor([1.0, math.nan], device=d)),
+    "multinomial negative": lambda d: torch.multinomial(torch.tensor([0.5, -1.0], device=d), 1),
+    "multinomial infinite": lambda d: torch.multinomial(torch.tensor([1.0, math.inf], device=d), 1),
+    "multinomial zero row": lambda d: torch.multinomial(torch.tensor([[1.0, 1.0], [0.0, 0.0]], device=d), 1, True),
+}
+
+
+@pytest.mark.parametrize("name", BAD_RANDOM_ARGUMENTS)
+def test_random_ops_refuse_what_the_cpu_refuses(name):
+    fn = BAD_RANDOM_ARGUMENTS[name]
+    want = _raised(fn, "cpu")
+    assert want is not None
+    assert _raised(fn, "pjrt") == want
+    torch.pjrt.synchronize()  # reported once: the device keeps working
+
+
+def test_valid_random_arguments_pass_and_probing_them_draws_nothing_on_the_cpu():
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    d = torch.zeros(3, device="pjrt")
+    torch.pjrt.metrics.reset()
+    d.uniform_(0.25, 0.5 + torch.rand(1, generator=torch.Generator().manual_seed(1)).item())  # a new number
+    d.random_(2, 9)
+    torch.bernoulli(torch.full((2,), 0.5, device="pjrt"))
+    torch.normal(torch.zeros(2, device="pjrt"), torch.ones(2, device="pjrt"))
+    picked = torch.multinomial(torch.tensor([[1.0, 0.0], [0.0, 2.0]], device="pjrt"), 1)
+    assert picked.cpu().tolist() == [[0], [1]]
+    assert torch.pjrt.metrics.fallbacks() == {}
+    assert torch.equal(torch.rand(4), expected)  # the CPU's default generator did not advance

@@ -1,5 +1,6 @@
 #include "aten/cpu_probe.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
@@ -13,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "aten/ivalue_map.h"
 #include "aten/lazy_tensor.h"
@@ -272,15 +274,43 @@ bool NumberOutOfRange(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   return false;
 }
 
-std::optional<CpuRefusal> ProbeOnStandIns(const OpSignature& sig, c10::ArrayRef<c10::IValue> args,
-                                          const std::function<bool(const CpuRefusal&)>& counts) {
+torch::jit::Stack StandInStack(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   torch::jit::Stack probe;
   for (size_t i = 0; i < sig.num_args; ++i) {
     probe.push_back(StandInIValue(args[i], i >= sig.num_functional_args));
   }
+  return probe;
+}
+
+std::optional<CpuRefusal> ProbeOnStandIns(const OpSignature& sig, c10::ArrayRef<c10::IValue> args,
+                                          const std::function<bool(const CpuRefusal&)>& counts) {
+  torch::jit::Stack probe = StandInStack(sig, args);
   if (!ProbeIsSmall(sig, probe)) return std::nullopt;
   std::optional<CpuRefusal> error = RunOnCpu(sig, &probe);
   return error && counts(*error) ? error : std::nullopt;
+}
+
+// The op and its number arguments, as a key for the numbers that passed; "" without numbers.
+std::string NumbersKey(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  std::string key;
+  for (size_t i = 0; i < sig.num_functional_args; ++i) {
+    const c10::IValue& iv = args[i];
+    if (iv.isDouble()) {
+      double v = iv.toDouble();
+      key.append(reinterpret_cast<const char*>(&v), sizeof v);
+    } else if (iv.isInt() || iv.isBool()) {
+      key += std::to_string(iv.isInt() ? iv.toInt() : iv.toBool()) + ",";
+    }
+  }
+  return key.empty() ? key : sig.name + "|" + key;
+}
+
+// A refusal of the numbers themselves ("uniform_ expects ...", "from is out of bounds for float"),
+// not of the stand-ins' values.
+bool IsNumberRefusal(const CpuRefusal& e) {
+  const std::string& m = e.message;
+  return (m.find(" expects ") != std::string::npos && m.find("all elements") == std::string::npos) ||
+         m.find(" is out of bounds for ") != std::string::npos;
 }
 
 }  // namespace
@@ -293,6 +323,28 @@ void CpuRefusal::Raise() const {
 std::optional<CpuRefusal> CpuDtypeRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   if (!sig.cpu_probe || sig.random || sig.generator_arg >= 0 || !HasPjrtTensor(args)) return std::nullopt;
   return ProbeOnStandIns(sig, args, IsDtypeRefusal);
+}
+
+std::optional<CpuRefusal> CpuRandomArgRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  if (!sig.random || sig.generator_arg < 0 || !HasPjrtTensor(args)) return std::nullopt;
+  std::string key = NumbersKey(sig, args);
+  if (key.empty()) return std::nullopt;
+  constexpr size_t kMaxRemembered = 4096;
+  static std::mutex mutex;
+  static auto* passed = new std::unordered_set<std::string>();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (passed->count(key) > 0) return std::nullopt;
+  }
+  torch::jit::Stack probe = StandInStack(sig, args);
+  if (!ProbeIsSmall(sig, probe)) return std::nullopt;
+  probe[sig.generator_arg] = at::detail::createCPUGenerator();
+  std::optional<CpuRefusal> error = RunOnCpu(sig, &probe);
+  if (error && IsNumberRefusal(*error)) return error;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (passed->size() >= kMaxRemembered) passed->clear();
+  passed->insert(std::move(key));
+  return std::nullopt;
 }
 
 std::optional<CpuRefusal> CpuScalarRangeRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {

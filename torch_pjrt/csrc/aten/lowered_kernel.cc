@@ -613,6 +613,7 @@ class LoweredKernel final : public c10::OperatorKernel {
     CheckReadWriteKeepsShapes(sig, args, meta);
     if (meta.cpu_refusal) meta.cpu_refusal->Raise();
     if (auto refusal = CpuScalarRangeRefusal(sig, args)) refusal->Raise();
+    if (auto refusal = CpuRandomArgRefusal(sig, args)) refusal->Raise();
 
     bool check_divisor = sig.zero_divisor_check.enabled &&
                          CheckDivisorOnHost(sig, args, c10::multiply_integers(meta.outputs[0].sizes));
@@ -686,12 +687,15 @@ class LoweredKernel final : public c10::OperatorKernel {
           graph::AddValueRangeCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, bound.runtime_error);
         }
       }
-      for (const lowering::UnitIntervalArgSpec& spec : sig.unit_interval_checks) {
+      for (const lowering::ValueArgSpec& spec : sig.value_checks) {
         const Arg& a = b.args[spec.arg];
-        if (a.kind == ArgKind::kTensor) graph::AddUnitIntervalCheck(device, b.inputs[a.payload], values[0], spec.message);
+        if (a.kind == ArgKind::kTensor) {
+          graph::AddValueCheck(device, b.inputs[a.payload], values[0], spec.rule, spec.message);
+        }
       }
       if (check_divisor && b.args[1].kind == ArgKind::kTensor) {
-        graph::AddNonzeroCheck(device, b.inputs[b.args[1].payload], values[0], ZeroDivisorMessage(sig, where));
+        graph::AddValueCheck(device, b.inputs[b.args[1].payload], values[0], lowering::CheckRule::kNonzero,
+                             ZeroDivisorMessage(sig, where));
       }
     }
     for (size_t k = 0; k < mutated.size(); ++k) {

@@ -114,7 +114,7 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
   sig.extra_mutations = entry.extra_mutations;
   sig.integer_indices_only = entry.integer_indices_only;
   sig.index_checks = entry.index_checks;
-  sig.unit_interval_checks = entry.unit_interval_checks;
+  sig.value_checks = entry.value_checks;
   sig.zero_divisor_check = entry.zero_divisor_check;
   sig.random = entry.random;
   sig.cpu_probe = entry.cpu_probe;

@@ -46,7 +46,7 @@ struct OpSignature {
   bool meta_runs_op = false;                // `op` is an out= op lowered directly (no functional)
   bool integer_indices_only = false;        // boolean index tensors take the CPU path
   std::vector<lowering::IndexArgSpec> index_checks;  // index arguments checked against bounds
-  std::vector<lowering::UnitIntervalArgSpec> unit_interval_checks;  // arguments checked to lie in [0, 1]
+  std::vector<lowering::ValueArgSpec> value_checks;  // arguments whose values are checked
   lowering::ZeroDivisorCheck zero_divisor_check;  // integer division: a zero divisor raises
   bool random = false;                      // draws from a pjrt Generator (lowering table)
   bool cpu_probe = true;                    // OpLowering::cpu_probe

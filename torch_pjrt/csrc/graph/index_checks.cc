@@ -64,18 +64,13 @@ void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_
                                             CheckError{ErrorKind::kIndex, std::move(what)}, exempt});
 }
 
-void AddUnitIntervalCheck(int device, Value values, Value consumer, std::string message) {
-  Trace(device).checks.push_back(IndexCheck{std::move(values), std::move(consumer), 0, 1, CheckRule::kUnitInterval,
+void AddValueCheck(int device, Value values, Value consumer, CheckRule rule, std::string message) {
+  Trace(device).checks.push_back(IndexCheck{std::move(values), std::move(consumer), 0, 0, rule,
                                             CheckError{ErrorKind::kRuntime, std::move(message)}});
 }
 
 void AddValueRangeCheck(int device, Value values, Value consumer, int64_t lo, int64_t hi, std::string message) {
   Trace(device).checks.push_back(IndexCheck{std::move(values), std::move(consumer), lo, hi, CheckRule::kRange,
-                                            CheckError{ErrorKind::kRuntime, std::move(message)}});
-}
-
-void AddNonzeroCheck(int device, Value values, Value consumer, std::string message) {
-  Trace(device).checks.push_back(IndexCheck{std::move(values), std::move(consumer), 0, 0, CheckRule::kNonzero,
                                             CheckError{ErrorKind::kRuntime, std::move(message)}});
 }
 

@@ -20,16 +20,13 @@ namespace torch_pjrt::graph {
 // `exempt` where given. `what` describes the bound for the error message. Caller holds the graph lock.
 void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what,
                    std::optional<int64_t> exempt = std::nullopt);
-// Records that `values`, read by the op that produced `consumer`, must lie in [0, 1]; else the
-// next sync point raises RuntimeError(message). Caller holds the graph lock.
-void AddUnitIntervalCheck(int device, Value values, Value consumer, std::string message);
+// Records that `values`, read by the op that produced `consumer`, must pass `rule` (one of the
+// value rules: not kRange); else the next sync point raises RuntimeError(message). Caller holds
+// the graph lock.
+void AddValueCheck(int device, Value values, Value consumer, CheckRule rule, std::string message);
 // Records that integer `values`, read by the op that produced `consumer`, must lie in [lo, hi);
 // else the next sync point raises RuntimeError(message). Caller holds the graph lock.
 void AddValueRangeCheck(int device, Value values, Value consumer, int64_t lo, int64_t hi, std::string message);
-// Records that `values` (an integer division's divisor), read by the op that produced `consumer`,
-// must all be nonzero; else the next sync point raises RuntimeError(message). Caller holds the
-// graph lock.
-void AddNonzeroCheck(int device, Value values, Value consumer, std::string message);
 
 // Records that `computed` (a pending value the host read during a device-graph capture) must equal
 // `captured` (the buffer that answered the read), bit for bit, whenever the graph runs; else the

@@ -52,9 +52,7 @@ struct CheckError {
   std::string text;  // "dimension 0 with size 5 in aten::index_select, traced at f.py:3 in g"
 };
 
-// What a check asks of its values: to lie in [lo, hi) (indices, integer ranges), in [0, 1] with NaN
-// failing (binary_cross_entropy's inputs), or to be nonzero (integer divisors).
-enum class CheckRule : int64_t { kRange = 0, kUnitInterval = 1, kNonzero = 2 };
+using lowering::CheckRule;
 
 // A tensor read by an op of this trace whose values are checked when the graph runs (design:
 // "Index bounds").

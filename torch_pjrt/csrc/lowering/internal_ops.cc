@@ -3,6 +3,7 @@
 // an array whose row-major order is the storage's memory order, so every torch view is some
 // combination of slice/reshape/transpose/broadcast of it (a gather for overlapping strides).
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -310,40 +311,60 @@ std::vector<Val> LowerNeg(LowerCtx& c) { return {c.e.Unary("negate", c.tensor(0)
 
 }  // namespace
 
-// One row of a unit-interval check: (1 if every value is in [0, 1] else 0, 0); NaN fails.
-Val UnitIntervalRow(Emitter& e, const Val& values) {
-  Val v = e.Convert(values, ElementType::kF64);
-  v = e.Reshape(v, {v.numel()});
-  Val inside = e.Binary("and", e.Compare("GE", v, e.Full(0, v.type)), e.Compare("LE", v, e.Full(1, v.type)));
-  Val ok = e.Convert(e.Reduce(inside, e.Scalar(1, ElementType::kBool), {0}, "and"), ElementType::kS64);
+namespace {
+
+// Whether each value passes a value rule (CheckRule: not kRange, not kPositiveRowSums). Floating
+// comparisons are false for NaN, so NaN fails.
+Val PassesValueRule(Emitter& e, const Val& v, CheckRule rule) {
+  Val zero = e.Full(0, v.type);
+  switch (rule) {
+    case CheckRule::kUnitInterval:
+      return e.Binary("and", e.Compare("GE", v, zero), e.Compare("LE", v, e.Full(1, v.type)));
+    case CheckRule::kNonzero:
+      return e.Compare("NE", v, zero);
+    case CheckRule::kNonNegative:
+      return e.Compare("GE", v, zero);
+    case CheckRule::kFiniteNonNegative:
+      return e.Binary("and", e.Compare("GE", v, zero),
+                      e.Compare("LT", v, e.Full(std::numeric_limits<double>::infinity(), v.type)));
+    default:
+      throw std::logic_error("not a per-value check rule");
+  }
+}
+
+// One row of a value check: (1 if every value (every row's sum, for kPositiveRowSums) passes the
+// rule else 0, 0). Floating values are compared in float64, integers as they are.
+Val ValueCheckRow(Emitter& e, const Val& values, CheckRule rule) {
+  Val v = IsFloating(values.dtype()) ? e.Convert(values, ElementType::kF64) : values;
+  Val passes;
+  if (rule == CheckRule::kPositiveRowSums) {
+    Val rows = v.rank() == 0 ? v : e.Reduce(v, e.Scalar(0, v.dtype()), {v.rank() - 1}, "add");
+    passes = e.Compare("GT", rows, e.Full(0, rows.type));
+  } else {
+    passes = PassesValueRule(e, v, rule);
+  }
+  passes = e.Reshape(passes, {passes.numel()});
+  Val ok = e.Convert(e.Reduce(passes, e.Scalar(1, ElementType::kBool), {0}, "and"), ElementType::kS64);
   return e.Concatenate({e.Reshape(ok, {1, 1}), e.Full(0, TensorType{ElementType::kS64, {1, 1}})}, 1);
 }
 
-// One row of a nonzero check: (1 if no value is zero else 0, 0).
-Val NonzeroRow(Emitter& e, const Val& values) {
-  Val v = e.Reshape(values, {values.numel()});
-  Val nonzero = e.Compare("NE", v, e.Full(0, v.type));
-  Val ok = e.Convert(e.Reduce(nonzero, e.Scalar(1, ElementType::kBool), {0}, "and"), ElementType::kS64);
-  return e.Concatenate({e.Reshape(ok, {1, 1}), e.Full(0, TensorType{ElementType::kS64, {1, 1}})}, 1);
-}
+}  // namespace
 
 // index_checks(idx_0, consumer_0, idx_1, consumer_1, ...,
 //              checks=[lo_0, hi_0, rule_0, has_exempt_0, exempt_0, lo_1, ...])
 // -> s64[N, 2]: per check (1 if every index is in [lo, hi) or equals the exempt value else 0, an
-// offending index), or for a unit-interval or nonzero check (graph::CheckRule: 1 if every value
-// passes else 0, 0). The consumers are inputs only so that the graph's identity covers which op
-// each check guards.
+// offending index), or for a value rule (CheckRule other than kRange: 1 if every value passes else
+// 0, 0). The consumers are inputs only so that the graph's identity covers which op each check
+// guards.
 std::vector<Val> LowerIndexChecks(LowerCtx& c) {
   constexpr size_t kSpec = 5;
-  constexpr int64_t kUnitInterval = 1, kNonzero = 2;  // graph::CheckRule
   Dims specs = c.int_list(c.num_args() - 1);
   size_t n = specs.size() / kSpec;
   std::vector<Val> rows;
   for (size_t k = 0; k < n; ++k) {
     const int64_t* spec = &specs[kSpec * k];
-    if (spec[2] == kUnitInterval || spec[2] == kNonzero) {
-      const Val& values = c.tensor(2 * k);
-      rows.push_back(spec[2] == kUnitInterval ? UnitIntervalRow(c.e, values) : NonzeroRow(c.e, values));
+    if (auto rule = static_cast<CheckRule>(spec[2]); rule != CheckRule::kRange) {
+      rows.push_back(ValueCheckRow(c.e, c.tensor(2 * k), rule));
       continue;
     }
     Dims bounds{spec[0], spec[1]};

@@ -45,7 +45,7 @@ Dims BroadcastDims(LowerCtx& c, size_t a, size_t b) {
 
 // binary_cross_entropy(self, target, weight=None, reduction=1):
 // (t - 1) max(log1p(-x), -100) - t max(log x, -100), times the weight. torch's CPU kernel raises
-// for values outside [0, 1]; here the table's unit_interval_checks do (at the next sync point).
+// for values outside [0, 1]; here the table's value_checks do (at the next sync point).
 std::vector<Val> LowerBinaryCrossEntropy(LowerCtx& c) {
   Emitter& e = c.e;
   ElementType t = Opmath(c.out().dtype);
@@ -270,9 +270,9 @@ std::vector<Val> LowerHuberLossBackward(LowerCtx& c) {
 }  // namespace
 
 void RegisterLossOps(Registry& r) {
-  r.Add("binary_cross_entropy", LowerBinaryCrossEntropy).unit_interval_checks = {
-      {0, "all elements of input should be between 0 and 1"},
-      {1, "all elements of target should be between 0 and 1"}};
+  r.Add("binary_cross_entropy", LowerBinaryCrossEntropy).value_checks = {
+      {0, CheckRule::kUnitInterval, "all elements of input should be between 0 and 1"},
+      {1, CheckRule::kUnitInterval, "all elements of target should be between 0 and 1"}};
   r.Add("binary_cross_entropy_backward", LowerBinaryCrossEntropyBackward);
   // The target holds class indices: checked against the number of classes (self's last dim).
   IndexArgSpec classes{1, 0, -1, -1, false, IndexArgSpec::Bound::kLastDim, 0, "target out of range"};

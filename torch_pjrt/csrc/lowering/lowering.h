@@ -91,10 +91,12 @@ struct IndexArgSpec {
   int exempt_arg = -1;  // int argument whose value is never out of range (nll_loss's ignore_index)
 };
 
-// A tensor argument whose values must lie in [0, 1] (binary_cross_entropy's input and target):
-// checked when the graph runs; a failure raises RuntimeError(message) at the next sync point.
-struct UnitIntervalArgSpec {
+// A tensor argument whose values must pass `rule` (binary_cross_entropy's input and target in
+// [0, 1], normal's std >= 0), which torch's CPU kernel checks by reading them: checked when the
+// graph runs; a failure raises RuntimeError(message), CPU's text, at the next sync point.
+struct ValueArgSpec {
   int arg;
+  CheckRule rule;
   std::string message;
 };
 
@@ -124,8 +126,8 @@ struct OpLowering {
   bool integer_indices_only = false;
   // Index arguments checked against their bounds.
   std::vector<IndexArgSpec> index_checks;
-  // Arguments checked to lie in [0, 1].
-  std::vector<UnitIntervalArgSpec> unit_interval_checks;
+  // Arguments whose values are checked.
+  std::vector<ValueArgSpec> value_checks;
   ZeroDivisorCheck zero_divisor_check;
   // The op draws random numbers: the ATen layer appends one argument, the generator's (seed,
   // offset) as value scalars (LowerCtx::rng_state), and advances the generator.

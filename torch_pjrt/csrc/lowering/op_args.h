@@ -13,6 +13,17 @@
 
 namespace torch_pjrt::lowering {
 
+// What a check made when the graph runs asks of the values it reads (docs/design.md, "Index
+// bounds"; pjrt::index_checks packs one rule per check). NaN fails every floating rule.
+enum class CheckRule : int64_t {
+  kRange = 0,             // integers in [lo, hi) (indices, class targets, counts)
+  kUnitInterval = 1,      // in [0, 1] (binary_cross_entropy's inputs, bernoulli's p)
+  kNonzero = 2,           // not zero (an integer division's divisor)
+  kNonNegative = 3,       // >= 0 (normal's std)
+  kFiniteNonNegative = 4, // finite and >= 0 (multinomial's probabilities)
+  kPositiveRowSums = 5,   // every row (the last dimension) sums to more than 0 (multinomial's)
+};
+
 enum class ArgKind : uint8_t {
   kNone,        // None, or an absent optional
   kTensor,      // payload: input index

@@ -275,28 +275,38 @@ std::vector<Val> LowerNativeDropoutBackward(LowerCtx& c) {
 }  // namespace
 
 void RegisterRandomOps(Registry& r) {
-  auto random = [&](const char* schema, LowerFn fn, std::vector<std::string> extra_variants = {}) {
+  auto random = [&](const char* schema, LowerFn fn, std::vector<std::string> extra_variants = {}) -> OpLowering& {
     OpLowering& op = r.Add(schema, fn);
     op.random = true;
     op.extra_variants = std::move(extra_variants);
+    return op;
   };
+  // The value checks CPU's kernels make by reading the probabilities and deviations (a p of 1.5
+  // drew ones, a negative std flipped the noise, multinomial sampled from negative or all-zero
+  // rows): CPU's messages, raised at the next sync point.
+  const ValueArgSpec std_checked{1, CheckRule::kNonNegative, "normal expects all elements of std >= 0.0"};
+  const std::string p_message =
+      "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error message be improved?  If so, "
+      "please report an enhancement request to PyTorch.)";
   random("uniform", LowerUniform);
   random("normal_functional", LowerNormal, {"normal_"});
   random("normal.Tensor_float", LowerNormalTensors);
-  random("normal.float_Tensor", LowerNormalTensors);
-  random("normal.Tensor_Tensor", LowerNormalTensors);
+  random("normal.float_Tensor", LowerNormalTensors).value_checks = {std_checked};
+  random("normal.Tensor_Tensor", LowerNormalTensors).value_checks = {std_checked};
   random("log_normal", LowerLogNormal);
   random("exponential", LowerExponential);
   random("geometric", LowerGeometric);
   random("cauchy", LowerCauchy);
-  random("bernoulli", LowerBernoulli);
+  random("bernoulli", LowerBernoulli).value_checks = {{0, CheckRule::kUnitInterval, p_message}};  // self is p
   random("bernoulli.p", LowerBernoulli, {"bernoulli_.float"});
-  random("bernoulli.Tensor", LowerBernoulli);
+  random("bernoulli.Tensor", LowerBernoulli).value_checks = {{1, CheckRule::kUnitInterval, p_message}};
   random("random", LowerRandom);
   random("random.from", LowerRandomFrom);
   random("random.to", LowerRandomTo);
   random("randperm.generator_out", LowerRandperm);
-  random("multinomial", LowerMultinomial);
+  random("multinomial", LowerMultinomial).value_checks = {
+      {0, CheckRule::kFiniteNonNegative, "probability tensor contains either `inf`, `nan` or element < 0"},
+      {0, CheckRule::kPositiveRowSums, "invalid multinomial distribution (sum of probabilities <= 0)"}};
   random("native_dropout", LowerNativeDropout);
   r.Add("native_dropout_backward", LowerNativeDropoutBackward);
 }
