@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from helpers import Counters, run_python
 
@@ -112,17 +113,17 @@ OUT_OF_RANGE = [
 
 
 @pytest.mark.parametrize("name,op,fn", OUT_OF_RANGE, ids=[c[0] for c in OUT_OF_RANGE])
-def test_out_of_range_index_raises_index_error_naming_op_and_line(name, op, fn):
+def test_out_of_range_index_raises_cpus_error_type_naming_op_and_line(name, op, fn):
     x = torch.arange(5.0)
     bad = torch.tensor([7])
-    with pytest.raises((IndexError, RuntimeError)):
-        fn(x, bad)  # the CPU refuses too
+    with pytest.raises((IndexError, RuntimeError)) as cpu:
+        fn(x, bad)  # the CPU refuses too: RuntimeError for gather and scatter, IndexError for the rest
     d, i = x.to("pjrt"), bad.to("pjrt")
     with Counters() as c:
         result = fn(d, i)  # traced: no sync per indexing op, the check runs inside the graph
         other = d * 2
     assert c["Executions"] == 0
-    with pytest.raises(IndexError) as info:
+    with pytest.raises(type(cpu.value)) as info:
         result.cpu() if result is not None else torch.pjrt.synchronize()
     message = str(info.value)
     assert "is out of bounds for dimension 0 with size 5" in message
@@ -179,6 +180,34 @@ def test_a_repeated_bad_read_raises_its_own_error_at_its_own_read():
         with pytest.raises(IndexError, match=f"traced at {__file__}:{line} "):
             result.cpu()
     same(d + 1, torch.arange(5.0) + 1)
+
+
+def test_max_unpool_indices_outside_the_output_plane_raise():
+    # They were dropped (the scatter ignored them); CPU raises "Found an invalid max index".
+    y = torch.ones(1, 1, 2, 2)
+    for bad in (16, -1):
+        i = torch.tensor([[[[0, 1], [2, bad]]]])
+        with pytest.raises(RuntimeError, match="invalid max index"):
+            F.max_unpool2d(y, i, 2, output_size=(4, 4))
+        result = F.max_unpool2d(y.to("pjrt"), i.to("pjrt"), 2, output_size=(4, 4))
+        with pytest.raises(RuntimeError, match=f"index {bad} is out of bounds for 16 elements in aten::max_unpool2d"):
+            result.cpu()
+    i = torch.tensor([[[[0, 1], [2, 15]]]])
+    same(F.max_unpool2d(y.to("pjrt"), i.to("pjrt"), 2, output_size=(4, 4)), F.max_unpool2d(y, i, 2, output_size=(4, 4)))
+
+
+def test_masked_scatter_with_too_short_a_source_raises():
+    # The last source element repeated; CPU raises. The mask broadcast to self's shape counts.
+    mask = torch.tensor([True, False, True])
+    for self_shape, source_len, ok in (((2, 3), 3, False), ((2, 3), 4, True), ((3,), 1, False), ((0, 3), 1, True)):
+        fn = lambda d: torch.zeros(self_shape, device=d).masked_scatter(mask.to(d), torch.arange(float(source_len), device=d))
+        if ok:
+            same(fn("pjrt"), fn("cpu"))
+            continue
+        with pytest.raises(RuntimeError, match="^Number of elements of source < number of ones in mask$"):
+            fn("cpu")
+        with pytest.raises(RuntimeError, match="^Number of elements of source < number of ones in mask$"):
+            fn("pjrt").cpu()
 
 
 # ---------------------------------------------------------------------------------- integer division

@@ -541,6 +541,7 @@ struct IndexBound {
   std::string what;           // the bound, for an IndexError
   std::string runtime_error;  // non-empty: raise RuntimeError(this) instead
   std::optional<int64_t> exempt;
+  ErrorKind kind;             // of the error naming the bound
 };
 
 // The index inputs of an op with index_checks (lowering table) and their bounds, from the
@@ -552,7 +553,9 @@ std::vector<IndexBound> IndexBounds(const OpSignature& sig, const NodeBuilder& b
     const Arg& a = b.args[spec.indices];
     auto add = [&](int input, int64_t dim) {
       int64_t size;
-      if (spec.size_arg >= 0) {
+      if (spec.bound == lowering::IndexArgSpec::Bound::kSizeListProduct) {
+        size = c10::multiply_integers(args[spec.size_arg].toIntVector());
+      } else if (spec.size_arg >= 0) {
         size = args[spec.size_arg].toInt();
       } else {
         const at::Tensor& source = args[spec.source].toTensor();
@@ -562,14 +565,17 @@ std::vector<IndexBound> IndexBounds(const OpSignature& sig, const NodeBuilder& b
         size = source.dim() == 0 ? 1 : source.size(dim);
         if (spec.bound == lowering::IndexArgSpec::Bound::kNumel) size = source.numel();
       }
-      std::string bound = spec.bound == lowering::IndexArgSpec::Bound::kNumel
+      bool counts_elements = spec.bound == lowering::IndexArgSpec::Bound::kNumel ||
+                             spec.bound == lowering::IndexArgSpec::Bound::kSizeListProduct;
+      std::string bound = counts_elements
                               ? std::to_string(size) + " elements"
                               : "dimension " + std::to_string(dim) + " with size " + std::to_string(size);
       std::string what = bound + " in " + sig.name + (where.empty() ? "" : ", traced at " + where);
       std::optional<int64_t> exempt;
       if (spec.exempt_arg >= 0) exempt = args[spec.exempt_arg].toInt();
       bounds.push_back(IndexBound{input, spec.negative_wraps ? -size : spec.lowest, size, std::move(what),
-                                  spec.runtime_error, exempt});
+                                  spec.runtime_error, exempt,
+                                  spec.raises_runtime_error ? ErrorKind::kRuntime : ErrorKind::kIndex});
     };
     if (a.kind == ArgKind::kTensor) {
       add(static_cast<int>(a.payload), 0);
@@ -581,6 +587,18 @@ std::vector<IndexBound> IndexBounds(const OpSignature& sig, const NodeBuilder& b
     }
   }
   return bounds;
+}
+
+// kCountAtMost's bound: the nonzero values of the checked argument, broadcast to the result's
+// shape, may number at most the bound argument's elements. Broadcasting repeats every element
+// result / checked times, so the unbroadcast count may be at most bound / that. 0 for other rules.
+int64_t CountBound(const lowering::ValueArgSpec& spec, c10::ArrayRef<c10::IValue> args, const MetaResult& meta) {
+  if (spec.rule != lowering::CheckRule::kCountAtMost) return 0;
+  int64_t checked = args[spec.arg].toTensor().numel();
+  int64_t result = c10::multiply_integers(meta.outputs[0].sizes);
+  if (result == 0) return checked;  // nothing is written: any count passes
+  int64_t repeats = checked == 0 ? 1 : std::max<int64_t>(result / checked, 1);
+  return args[spec.bound_arg].toTensor().numel() / repeats;
 }
 
 class LoweredKernel final : public c10::OperatorKernel {
@@ -682,7 +700,7 @@ class LoweredKernel final : public c10::OperatorKernel {
       for (IndexBound& bound : bounds) {
         if (bound.runtime_error.empty()) {
           graph::AddIndexCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, std::move(bound.what),
-                               bound.exempt);
+                               bound.exempt, bound.kind);
         } else {
           graph::AddValueRangeCheck(device, b.inputs[bound.input], values[0], bound.lo, bound.hi, bound.runtime_error);
         }
@@ -690,7 +708,8 @@ class LoweredKernel final : public c10::OperatorKernel {
       for (const lowering::ValueArgSpec& spec : sig.value_checks) {
         const Arg& a = b.args[spec.arg];
         if (a.kind == ArgKind::kTensor) {
-          graph::AddValueCheck(device, b.inputs[a.payload], values[0], spec.rule, spec.message);
+          graph::AddValueCheck(device, b.inputs[a.payload], values[0], spec.rule, spec.message,
+                               CountBound(spec, args, meta));
         }
       }
       if (check_divisor && b.args[1].kind == ArgKind::kTensor) {

@@ -59,19 +59,19 @@ class CheckReach {
 }  // namespace
 
 void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what,
-                   std::optional<int64_t> exempt) {
+                   std::optional<int64_t> exempt, ErrorKind kind) {
   Trace(device).checks.push_back(IndexCheck{std::move(indices), std::move(consumer), lo, hi, CheckRule::kRange,
-                                            CheckError{ErrorKind::kIndex, std::move(what)}, exempt});
+                                            CheckError{kind, std::move(what), true}, exempt});
 }
 
-void AddValueCheck(int device, Value values, Value consumer, CheckRule rule, std::string message) {
-  Trace(device).checks.push_back(IndexCheck{std::move(values), std::move(consumer), 0, 0, rule,
-                                            CheckError{ErrorKind::kRuntime, std::move(message)}});
+void AddValueCheck(int device, Value values, Value consumer, CheckRule rule, std::string message, int64_t hi) {
+  Trace(device).checks.push_back(IndexCheck{std::move(values), std::move(consumer), 0, hi, rule,
+                                            CheckError{ErrorKind::kRuntime, std::move(message), false}});
 }
 
 void AddValueRangeCheck(int device, Value values, Value consumer, int64_t lo, int64_t hi, std::string message) {
   Trace(device).checks.push_back(IndexCheck{std::move(values), std::move(consumer), lo, hi, CheckRule::kRange,
-                                            CheckError{ErrorKind::kRuntime, std::move(message)}});
+                                            CheckError{ErrorKind::kRuntime, std::move(message), false}});
 }
 
 void AddReadGuard(int device, Value computed, Value captured, std::string message) {
@@ -161,10 +161,9 @@ DeferredErrorPtr ResolveIndexChecks(int device) {
     for (size_t k = 0; k < done.errors.size(); ++k) {
       if (rows[2 * k] != 0) continue;
       const CheckError& e = done.errors[k];
-      auto error = e.kind == ErrorKind::kIndex
-                       ? MakeDeferredError(ErrorKind::kIndex, "index " + std::to_string(rows[2 * k + 1]) +
-                                                                  " is out of bounds for " + e.text)
-                       : MakeDeferredError(e.kind, e.text);
+      auto error = e.names_index ? MakeDeferredError(e.kind, "index " + std::to_string(rows[2 * k + 1]) +
+                                                                 " is out of bounds for " + e.text)
+                                 : MakeDeferredError(e.kind, e.text);
       for (const auto& buffer : done.dependents[k]) {
         if (!buffer->poison()) buffer->Poison(error);
       }

@@ -17,13 +17,14 @@
 namespace torch_pjrt::graph {
 
 // Records that `indices`, read by the op that produced `consumer`, must lie in [lo, hi) or equal
-// `exempt` where given. `what` describes the bound for the error message. Caller holds the graph lock.
+// `exempt` where given. `what` describes the bound for the error message, an IndexError or (`kind`)
+// the RuntimeError CPU's kernel raises. Caller holds the graph lock.
 void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what,
-                   std::optional<int64_t> exempt = std::nullopt);
+                   std::optional<int64_t> exempt = std::nullopt, ErrorKind kind = ErrorKind::kIndex);
 // Records that `values`, read by the op that produced `consumer`, must pass `rule` (one of the
-// value rules: not kRange); else the next sync point raises RuntimeError(message). Caller holds
+// value rules: not kRange; `hi` is kCountAtMost's bound); else the next sync point raises RuntimeError(message). Caller holds
 // the graph lock.
-void AddValueCheck(int device, Value values, Value consumer, CheckRule rule, std::string message);
+void AddValueCheck(int device, Value values, Value consumer, CheckRule rule, std::string message, int64_t hi = 0);
 // Records that integer `values`, read by the op that produced `consumer`, must lie in [lo, hi);
 // else the next sync point raises RuntimeError(message). Caller holds the graph lock.
 void AddValueRangeCheck(int device, Value values, Value consumer, int64_t lo, int64_t hi, std::string message);

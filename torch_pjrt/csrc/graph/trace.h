@@ -49,7 +49,10 @@ constexpr size_t kNumElementTypes = static_cast<size_t>(ElementType::kNumTypes);
 // <text>"), a value check RuntimeError(<text>) as torch's CPU kernel words it.
 struct CheckError {
   ErrorKind kind = ErrorKind::kIndex;
-  std::string text;  // "dimension 0 with size 5 in aten::index_select, traced at f.py:3 in g"
+  // An index bound, "dimension 0 with size 5 in aten::index_select, traced at f.py:3 in g": the
+  // error reads "index 7 is out of bounds for " and this. Otherwise the whole message.
+  std::string text;
+  bool names_index = true;
 };
 
 using lowering::CheckRule;

@@ -486,13 +486,15 @@ void RegisterIndexingOps(Registry& r) {
   // Index bounds: (indices, source, dim argument); advanced indexing accepts -size <= i < 0.
   const IndexArgSpec along_dim{2, 0, 1};             // index_select/gather/scatter(self, dim, index)
   const IndexArgSpec advanced{1, 0, -1, -1, true};   // index/index_put(self, indices[], ...)
+  IndexArgSpec along_dim_runtime_error = along_dim;  // CPU's gather and scatter raise RuntimeError
+  along_dim_runtime_error.raises_runtime_error = true;
   r.Add("index_select", LowerIndexSelect).index_checks = {along_dim};
-  r.Add("gather", LowerGather).index_checks = {along_dim};
-  r.Add("scatter.src", LowerScatterSrc).index_checks = {along_dim};
-  r.Add("scatter.value", LowerScatterValue).index_checks = {along_dim};
-  r.Add("scatter.reduce", LowerScatterReduce).index_checks = {along_dim};
-  r.Add("scatter.value_reduce", LowerScatterValueReduce).index_checks = {along_dim};
-  r.Add("scatter_add", LowerScatterAdd).index_checks = {along_dim};
+  r.Add("gather", LowerGather).index_checks = {along_dim_runtime_error};
+  r.Add("scatter.src", LowerScatterSrc).index_checks = {along_dim_runtime_error};
+  r.Add("scatter.value", LowerScatterValue).index_checks = {along_dim_runtime_error};
+  r.Add("scatter.reduce", LowerScatterReduce).index_checks = {along_dim_runtime_error};
+  r.Add("scatter.value_reduce", LowerScatterValueReduce).index_checks = {along_dim_runtime_error};
+  r.Add("scatter_add", LowerScatterAdd).index_checks = {along_dim_runtime_error};
   auto advanced_indexing = [&](const char* name, LowerFn fn) {
     OpLowering& op = r.Add(name, fn);
     op.integer_indices_only = true;

@@ -332,12 +332,18 @@ Val PassesValueRule(Emitter& e, const Val& v, CheckRule rule) {
   }
 }
 
-// One row of a value check: (1 if every value (every row's sum, for kPositiveRowSums) passes the
-// rule else 0, 0). Floating values are compared in float64, integers as they are.
-Val ValueCheckRow(Emitter& e, const Val& values, CheckRule rule) {
+// One row of a value check: (1 if every value (every row's sum, for kPositiveRowSums; the count
+// of nonzero values, for kCountAtMost) passes the rule else 0, 0). Floating values are compared in
+// float64, integers as they are.
+Val ValueCheckRow(Emitter& e, const Val& values, CheckRule rule, int64_t hi) {
   Val v = IsFloating(values.dtype()) ? e.Convert(values, ElementType::kF64) : values;
   Val passes;
-  if (rule == CheckRule::kPositiveRowSums) {
+  if (rule == CheckRule::kCountAtMost) {
+    Val flat = e.Reshape(v, {v.numel()});
+    Val ones = e.Convert(e.Compare("NE", flat, e.Full(0, flat.type)), ElementType::kS64);
+    Val count = e.Reduce(ones, e.Scalar(0, ElementType::kS64), {0}, "add");
+    passes = e.Compare("LE", count, e.Full(static_cast<double>(hi), count.type));
+  } else if (rule == CheckRule::kPositiveRowSums) {
     Val rows = v.rank() == 0 ? v : e.Reduce(v, e.Scalar(0, v.dtype()), {v.rank() - 1}, "add");
     passes = e.Compare("GT", rows, e.Full(0, rows.type));
   } else {
@@ -364,7 +370,7 @@ std::vector<Val> LowerIndexChecks(LowerCtx& c) {
   for (size_t k = 0; k < n; ++k) {
     const int64_t* spec = &specs[kSpec * k];
     if (auto rule = static_cast<CheckRule>(spec[2]); rule != CheckRule::kRange) {
-      rows.push_back(ValueCheckRow(c.e, c.tensor(2 * k), rule));
+      rows.push_back(ValueCheckRow(c.e, c.tensor(2 * k), rule, spec[1]));
       continue;
     }
     Dims bounds{spec[0], spec[1]};

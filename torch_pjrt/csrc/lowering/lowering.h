@@ -78,17 +78,22 @@ struct IndexArgSpec {
   int indices;              // the index tensor, or a Tensor?[] whose k-th entry indexes dim k
   int source = 0;           // the tensor whose dimension bounds the indices
   int dim_arg = -1;         // int argument naming that dimension (-1: the list position)
-  int size_arg = -1;        // int argument giving the bound instead (num_weights)
+  int size_arg = -1;        // int argument giving the bound instead (num_weights), or with
+                            // kSizeListProduct an int[] whose product it is (max_unpool's output_size)
   bool negative_wraps = false;  // -size <= i < 0 counts from the end (advanced indexing)
   // What bounds the indices when size_arg is not given: the source's dimension (dim_arg, or the
   // list position), its last dimension (class indices), or its element count (flat indices).
   // kChannelDim: dim 1, or 0 for a 1-d source (nll_loss's classes).
-  enum class Bound : uint8_t { kDim, kLastDim, kNumel, kChannelDim } bound = Bound::kDim;
+  enum class Bound : uint8_t { kDim, kLastDim, kNumel, kChannelDim, kSizeListProduct } bound = Bound::kDim;
   int64_t lowest = 0;  // the smallest valid index without negative_wraps (-1: multilabel targets)
   // Non-empty: an index out of range raises RuntimeError(runtime_error), as torch's CPU kernel
   // words it (class targets), instead of an IndexError naming the bound.
   std::string runtime_error;
   int exempt_arg = -1;  // int argument whose value is never out of range (nll_loss's ignore_index)
+  // The error naming the bound is a RuntimeError, the type CPU's kernel raises (gather and the
+  // scatter family, whose CPU message is the same "index 3 is out of bounds for dimension 0 with
+  // size 3"), instead of an IndexError (indexing, index_select, take).
+  bool raises_runtime_error = false;
 };
 
 // A tensor argument whose values must pass `rule` (binary_cross_entropy's input and target in
@@ -98,6 +103,9 @@ struct ValueArgSpec {
   int arg;
   CheckRule rule;
   std::string message;
+  // kCountAtMost: the tensor argument whose element count bounds the nonzero count of `arg`
+  // broadcast to the result's shape (masked_scatter's source and mask).
+  int bound_arg = -1;
 };
 
 // An integer division, argument 1 dividing argument 0 (floor_divide, remainder, fmod, div with a

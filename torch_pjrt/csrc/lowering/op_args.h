@@ -22,6 +22,7 @@ enum class CheckRule : int64_t {
   kNonNegative = 3,       // >= 0 (normal's std)
   kFiniteNonNegative = 4, // finite and >= 0 (multinomial's probabilities)
   kPositiveRowSums = 5,   // every row (the last dimension) sums to more than 0 (multinomial's)
+  kCountAtMost = 6,       // at most `hi` values are nonzero (masked_scatter's mask: source's length)
 };
 
 enum class ArgKind : uint8_t {

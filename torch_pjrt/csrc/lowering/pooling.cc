@@ -508,8 +508,8 @@ std::vector<Val> LowerAdaptiveMaxPool(LowerCtx& c) {
 // ------------------------------------------------------------ max unpooling
 
 // max_unpool2d(self, indices, output_size); max_unpool3d(self, indices, output_size, stride,
-// padding). Indices are flat positions within each output plane; out-of-range ones are dropped
-// (torch raises; see the report in the test file).
+// padding). Indices are flat positions within each output plane, checked against its size when
+// the graph runs (the table's index_checks: a RuntimeError, as CPU's "Found an invalid max index").
 template <int n>
 std::vector<Val> LowerMaxUnpool(LowerCtx& c) {
   Val x = c.tensor(0), idx = c.tensor(1);
@@ -625,8 +625,11 @@ void RegisterPoolingOps(Registry& r) {
   r.Add("adaptive_max_pool2d_backward", LowerIndexedPoolBackward<2, 2>);
   r.Add("adaptive_max_pool3d", LowerAdaptiveMaxPool<3>);
   r.Add("adaptive_max_pool3d_backward", LowerIndexedPoolBackward<3, 2>);
-  r.Add("max_unpool2d", LowerMaxUnpool<2>);
-  r.Add("max_unpool3d", LowerMaxUnpool<3>);
+  // Indices into an output plane, of output_size's product elements.
+  IndexArgSpec plane{1, 0, -1, 2, false, IndexArgSpec::Bound::kSizeListProduct};
+  plane.raises_runtime_error = true;
+  r.Add("max_unpool2d", LowerMaxUnpool<2>).index_checks = {plane};
+  r.Add("max_unpool3d", LowerMaxUnpool<3>).index_checks = {plane};
   r.Add("fractional_max_pool2d", LowerFractionalMaxPool<2>);
   r.Add("fractional_max_pool3d", LowerFractionalMaxPool<3>);
   r.Add("fractional_max_pool2d_backward", LowerIndexedPoolBackward<2, 4>);

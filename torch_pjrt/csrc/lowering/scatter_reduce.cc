@@ -197,7 +197,8 @@ Val TrueBefore(Emitter& e, const Val& mask) {
 }
 
 // masked_scatter(self, mask, source): the masked positions of self, in order, take source's
-// elements in order. (torch raises when source is too short; here the last element repeats.)
+// elements in order. A source shorter than the mask's count raises when the graph runs (the
+// table's value_checks, CPU's message).
 std::vector<Val> LowerMaskedScatter(LowerCtx& c) {
   Emitter& e = c.e;
   const TensorType& out = c.out();  // self and mask broadcast together
@@ -273,13 +274,16 @@ void RegisterScatterReduceOps(Registry& r) {
   // (indices, source, dim argument): indices along `dim` of self.
   const IndexArgSpec along_dim{2, 0, 1};
   const IndexArgSpec along_dim_wrapping{2, 0, 1, -1, true};
-  r.Add("scatter_reduce.two", LowerScatterReduceTwo).index_checks = {along_dim};
+  IndexArgSpec along_dim_runtime_error = along_dim;  // CPU's scatter_reduce raises RuntimeError
+  along_dim_runtime_error.raises_runtime_error = true;
+  r.Add("scatter_reduce.two", LowerScatterReduceTwo).index_checks = {along_dim_runtime_error};
   r.Add("index_reduce", LowerIndexReduce).index_checks = {along_dim};
   r.Add("index_add", LowerIndexAdd).index_checks = {along_dim};
   r.Add("index_copy", LowerIndexCopy).index_checks = {along_dim};
   r.Add("index_fill.int_Scalar", LowerIndexFill).index_checks = {along_dim_wrapping};
   r.Add("index_fill.int_Tensor", LowerIndexFill).index_checks = {along_dim_wrapping};
-  r.Add("masked_scatter", LowerMaskedScatter);
+  r.Add("masked_scatter", LowerMaskedScatter).value_checks = {
+      {1, CheckRule::kCountAtMost, "Number of elements of source < number of ones in mask", 2}};
   r.Add("masked_scatter_backward", LowerMaskedScatterBackward);
   // take/put index the flattened self, -numel <= i < numel.
   const IndexArgSpec flat{1, 0, -1, -1, true, IndexArgSpec::Bound::kNumel};

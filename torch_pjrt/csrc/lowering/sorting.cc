@@ -406,9 +406,11 @@ void RegisterSortingOps(Registry& r) {
   r.Add("nanmedian.dim", LowerNanmedianDim);
   r.Add("mode", LowerMode);
   // searchsorted's sorter holds indices into the last dim of sorted_sequence (1-D here: the
-  // Meta guard sends N-D sequences with a sorter to the CPU, see aten/meta_guards.cc).
-  r.Add("searchsorted.Tensor", LowerSearchsorted).index_checks = {IndexArgSpec{5, 0, -1}};
-  r.Add("searchsorted.Scalar", LowerSearchsorted).index_checks = {IndexArgSpec{5, 0, -1}};
+  // Meta guard sends N-D sequences with a sorter to the CPU, see aten/meta_guards.cc); CPU's message.
+  IndexArgSpec sorter{5, 0, -1, -1, false, IndexArgSpec::Bound::kLastDim, 0,
+                      "torch.searchsorted(): sorter index out of range"};
+  r.Add("searchsorted.Tensor", LowerSearchsorted).index_checks = {sorter};
+  r.Add("searchsorted.Scalar", LowerSearchsorted).index_checks = {sorter};
   r.Add("bucketize.Tensor", LowerBucketize);
   r.Add("bucketize.Scalar", LowerBucketize);
   r.Add("isin.Tensor_Tensor", LowerIsin);
