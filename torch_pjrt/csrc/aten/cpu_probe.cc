@@ -125,7 +125,15 @@ bool IsDtypeRefusal(const CpuRefusal& e) {
          std::strstr(m, "Integer division with addcdiv is no longer supported") != nullptr ||
          std::strstr(m, "heaviside is not yet implemented for tensors with different dtypes") != nullptr ||
          // nll_loss's class targets (an empty float target too, which the lowering never reads).
-         std::strstr(m, "expected target dtype to be Long or Byte") != nullptr;
+         std::strstr(m, "expected target dtype to be Long or Byte") != nullptr ||
+         // Found by OpInfo's error inputs (2026-11-28): complex's operands and out=, masked_scatter's
+         // uint8 mask, aminmax's out= dtypes.
+         std::strstr(m, "Expected object of scalar type") != nullptr ||
+         std::strstr(m, "only supports boolean masks") != nullptr ||
+         std::strstr(m, "Expected out tensor to have dtype") != nullptr ||
+         std::strstr(m, "only supports floating-point dtypes") != nullptr ||  // multinomial's input
+         // Not a dtype but a string argument, which the Meta key holds as well (gelu's).
+         std::strstr(m, "approximate argument must be either none or tanh") != nullptr;
 }
 
 constexpr int64_t kMaxOverlapProbeElements = 1 << 24;
@@ -290,19 +298,24 @@ std::optional<CpuRefusal> ProbeOnStandIns(const OpSignature& sig, c10::ArrayRef<
   return error && counts(*error) ? error : std::nullopt;
 }
 
-// The op and its number arguments, as a key for the numbers that passed; "" without numbers.
-std::string NumbersKey(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+// A random op's probe verdict depends on the op, its tensors' dtypes and its numbers: the key of
+// the calls that passed ("" without numbers: nothing to probe).
+std::string RandomProbeKey(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   std::string key;
+  bool numbers = false;
   for (size_t i = 0; i < sig.num_functional_args; ++i) {
     const c10::IValue& iv = args[i];
-    if (iv.isDouble()) {
+    numbers |= iv.isDouble() || iv.isInt() || iv.isBool();
+    if (iv.isTensor() && iv.toTensor().defined()) {
+      key += static_cast<char>(iv.toTensor().scalar_type());
+    } else if (iv.isDouble()) {
       double v = iv.toDouble();
       key.append(reinterpret_cast<const char*>(&v), sizeof v);
     } else if (iv.isInt() || iv.isBool()) {
       key += std::to_string(iv.isInt() ? iv.toInt() : iv.toBool()) + ",";
     }
   }
-  return key.empty() ? key : sig.name + "|" + key;
+  return numbers ? sig.name + "|" + key : std::string();
 }
 
 // A refusal of the numbers themselves ("uniform_ expects ...", "from is out of bounds for float"),
@@ -310,7 +323,9 @@ std::string NumbersKey(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) 
 bool IsNumberRefusal(const CpuRefusal& e) {
   const std::string& m = e.message;
   return (m.find(" expects ") != std::string::npos && m.find("all elements") == std::string::npos) ||
-         m.find(" is out of bounds for ") != std::string::npos;
+         m.find(" is out of bounds for ") != std::string::npos ||
+         m.find("cannot sample n_sample <= 0 samples") != std::string::npos;  // multinomial's
+         // (not its "n_sample > prob_dist.size(-1)", which the stand-ins' cut sizes would cause)
 }
 
 }  // namespace
@@ -327,7 +342,7 @@ std::optional<CpuRefusal> CpuDtypeRefusal(const OpSignature& sig, c10::ArrayRef<
 
 std::optional<CpuRefusal> CpuRandomArgRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   if (!sig.random || sig.generator_arg < 0 || !HasPjrtTensor(args)) return std::nullopt;
-  std::string key = NumbersKey(sig, args);
+  std::string key = RandomProbeKey(sig, args);
   if (key.empty()) return std::nullopt;
   constexpr size_t kMaxRemembered = 4096;
   static std::mutex mutex;
@@ -340,7 +355,7 @@ std::optional<CpuRefusal> CpuRandomArgRefusal(const OpSignature& sig, c10::Array
   if (!ProbeIsSmall(sig, probe)) return std::nullopt;
   probe[sig.generator_arg] = at::detail::createCPUGenerator();
   std::optional<CpuRefusal> error = RunOnCpu(sig, &probe);
-  if (error && IsNumberRefusal(*error)) return error;
+  if (error && (IsNumberRefusal(*error) || IsDtypeRefusal(*error))) return error;
   std::lock_guard<std::mutex> lock(mutex);
   if (passed->size() >= kMaxRemembered) passed->clear();
   passed->insert(std::move(key));

@@ -51,10 +51,10 @@ void CheckCopyOverlap(const at::Tensor& dst, const at::Tensor& src);
 std::optional<CpuRefusal> CpuScalarRangeRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args);
 
 // The error CPU eager raises for a random op's numbers (uniform_'s from > to, random_'s from >= to,
-// bernoulli_'s p outside [0, 1]), if any: CPU's kernels check them before drawing, torch's Meta
-// kernels do not. The op runs on the stand-ins with a generator of its own (the CPU's default
-// generator does not advance). Numbers that passed are remembered per op, so dropout's constant p
-// is probed once.
+// bernoulli_'s p outside [0, 1], multinomial's n_sample <= 0) or dtypes, if any: CPU's kernels
+// check them before drawing, torch's Meta kernels do not. The op runs on the stand-ins with a
+// generator of its own (the CPU's default generator does not advance). Calls that passed are
+// remembered by op, dtypes and numbers, so dropout's constant p is probed once.
 std::optional<CpuRefusal> CpuRandomArgRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args);
 
 }  // namespace torch_pjrt::aten
