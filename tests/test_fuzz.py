@@ -271,6 +271,29 @@ def test_call_time_check_raises_like_cpu(name):
     assert raised(CALL_TIME_CHECKS[name], "pjrt") == want
 
 
+# Numbers that a Meta kernel (or CPU's kernel) checks: found 2026-11-28 by OpInfo's error inputs
+# run after other tests. The Meta cache keyed value Scalars by kind only, so after a valid call an
+# invalid number took the cached result and was never checked.
+CHECKED_NUMBERS = {
+    "softshrink lambd": lambda d, v: F.softshrink(torch.linspace(-2, 2, 5, device=d), v),
+    "renorm maxnorm": lambda d, v: torch.renorm(torch.ones(2, 3, device=d), 2.0, 0, v),
+    "histc min <= max": lambda d, v: torch.histc(torch.linspace(-2, 2, 5, device=d), bins=3, min=v, max=1.0),
+    "smooth_l1_loss beta": lambda d, v: F.smooth_l1_loss(torch.ones(3, device=d), torch.zeros(3, device=d), beta=v),
+}
+
+
+@pytest.mark.parametrize("name", CHECKED_NUMBERS)
+def test_a_checked_number_is_checked_after_a_valid_call(name):
+    fn = CHECKED_NUMBERS[name]
+    fn("pjrt", 0.5).cpu()  # valid: its Meta result is cached
+    want = raised(lambda d: fn(d, 2.0 if name.startswith("histc") else -0.5), "cpu")
+    assert want is not None
+    assert raised(lambda d: fn(d, 2.0 if name.startswith("histc") else -0.5), "pjrt") == want
+    torch.pjrt.metrics.reset()
+    torch.testing.assert_close(fn("pjrt", 0.25).cpu(), fn("cpu", 0.25))  # a new valid number: no fallback
+    assert torch.pjrt.metrics.fallbacks() == {}
+
+
 def test_call_time_checks_allow_what_cpu_allows():
     """The probes refuse only what CPU refuses: full overlap in place, mm into an overlapping out=,
     index_put_ into an expanded tensor, an empty integer softmax, in-range numbers."""

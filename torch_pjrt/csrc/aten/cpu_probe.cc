@@ -132,8 +132,10 @@ bool IsDtypeRefusal(const CpuRefusal& e) {
          std::strstr(m, "only supports boolean masks") != nullptr ||
          std::strstr(m, "Expected out tensor to have dtype") != nullptr ||
          std::strstr(m, "only supports floating-point dtypes") != nullptr ||  // multinomial's input
-         // Not a dtype but a string argument, which the Meta key holds as well (gelu's).
-         std::strstr(m, "approximate argument must be either none or tanh") != nullptr;
+         // Not dtypes but a string and a float argument, which the Meta key holds as well (gelu's
+         // approximate, smooth_l1_loss's beta).
+         std::strstr(m, "approximate argument must be either none or tanh") != nullptr ||
+         std::strstr(m, "does not support negative values for beta") != nullptr;
 }
 
 constexpr int64_t kMaxOverlapProbeElements = 1 << 24;

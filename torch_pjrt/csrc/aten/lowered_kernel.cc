@@ -652,6 +652,7 @@ class LoweredKernel final : public c10::OperatorKernel {
                                        : Arg::Type(ToElementType(static_cast<c10::ScalarType>(iv.toInt()))));
           break;
         case ArgRole::kScalarValue:
+        case ArgRole::kScalarChecked:
         case ArgRole::kScalarConst: {
           if (iv.isNone()) {
             b.args.push_back(Arg::None());

@@ -121,11 +121,11 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
   for (size_t i = 0; i < sig.num_args; ++i) {
     const c10::Argument& a = s.arguments()[i];
     ArgRole role = RoleOf(a);
-    if (role == ArgRole::kScalarValue &&
-        std::find(entry.structural_scalars.begin(), entry.structural_scalars.end(),
-                  static_cast<int>(i)) != entry.structural_scalars.end()) {
-      role = ArgRole::kScalarConst;
-    }
+    auto listed = [&](const std::vector<int>& args) {
+      return std::find(args.begin(), args.end(), static_cast<int>(i)) != args.end();
+    };
+    if (role == ArgRole::kScalarValue && listed(entry.structural_scalars)) role = ArgRole::kScalarConst;
+    if (role == ArgRole::kScalarValue && listed(entry.checked_scalars)) role = ArgRole::kScalarChecked;
     if (std::find(entry.value_args.begin(), entry.value_args.end(), static_cast<int>(i)) != entry.value_args.end() &&
         role == ArgRole::kPlain && Unwrap(a.real_type())->kind() == c10::TypeKind::FloatType) {
       role = ArgRole::kScalarValue;

@@ -17,6 +17,9 @@ enum class ArgRole : uint8_t {
   kPlain,        // traced by IValue type: tensors, ints, floats, bools, strings, lists
   kScalarValue,  // a Scalar that enters the graph as a 0-d value (never recompiles)
   kScalarConst,  // a Scalar that is part of the graph's identity
+  // A Scalar that enters the graph as a value but whose value a Meta kernel checks (softshrink's
+  // lambd >= 0): part of the Meta cache key, so a new value runs the check again.
+  kScalarChecked,
   kDtype,        // ScalarType
   kIgnored,      // Layout, Device, MemoryFormat, pin_memory: irrelevant to the computation
   kGenerator,

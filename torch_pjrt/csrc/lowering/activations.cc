@@ -131,7 +131,7 @@ void RegisterActivationOps(Registry& r) {
   r.Add("threshold", LowerThreshold);
   r.Add("hardshrink", LowerHardshrink);
   r.Add("hardshrink_backward", LowerShrinkBackward);
-  r.Add("softshrink", LowerSoftshrink);
+  r.Add("softshrink", LowerSoftshrink).checked_scalars = {1};  // lambd >= 0
   r.Add("softshrink_backward", LowerShrinkBackward);
   r.Add("log_sigmoid_forward", LowerLogSigmoidForward);
   r.Add("log_sigmoid_backward", LowerLogSigmoidBackward);

@@ -126,6 +126,11 @@ struct OpLowering {
   // Scalar arguments that are part of the graph's identity (arange's bounds, pow's exponent).
   // Every other Scalar is a value: a 0-d graph input, so a new value never recompiles.
   std::vector<int> structural_scalars;
+  // Value Scalars whose values torch's Meta kernel checks (softshrink's lambd >= 0, histc's
+  // min <= max): the Meta cache keys them by value, so a call with a new value runs the check
+  // (a cached result from a valid value let an invalid one through); the graph still takes them
+  // as values.
+  std::vector<int> checked_scalars;
   // Arguments the op writes although its schema has no (a!) annotation (native_batch_norm's
   // running stats). The lowering returns their new values after the op's own results.
   std::vector<int> extra_mutations;

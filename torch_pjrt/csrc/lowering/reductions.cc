@@ -421,7 +421,9 @@ void RegisterReductionOps(Registry& r) {
   r.Add("norm.ScalarOpt_dtype", LowerNormDtype).structural_scalars = {1};
   r.Add("norm.ScalarOpt_dim", LowerNormDim).structural_scalars = {1};
   r.Add("norm.ScalarOpt_dim_dtype", LowerNormDimDtype).structural_scalars = {1};
-  r.Add("renorm", LowerRenorm).structural_scalars = {1};
+  OpLowering& renorm = r.Add("renorm", LowerRenorm);
+  renorm.structural_scalars = {1};
+  renorm.checked_scalars = {3};  // maxnorm >= 0
   r.Add("any.dims", LowerAnyDims);
   r.Add("all.dims", LowerAllDims);
   r.Add("any.dim", LowerAnyDim);

@@ -416,7 +416,7 @@ void RegisterSortingOps(Registry& r) {
   r.Add("isin.Tensor_Tensor", LowerIsin);
   r.Add("isin.Tensor_Scalar", LowerIsin);
   r.Add("isin.Scalar_Tensor", LowerIsin);
-  r.Add("histc", LowerHistc);
+  r.Add("histc", LowerHistc).checked_scalars = {2, 3};  // min <= max
   r.Add("aminmax", LowerAminmax);
   r.Add("count_nonzero.dim_IntList", LowerCountNonzero);
 }
