@@ -775,6 +775,8 @@ class Gen:
         n = t.shape[-1]
         # The shrinks' and relu6's (hardtanh's) gradient at NaN is 0 in CPU eager's vectorized kernel
         # and the incoming gradient in its scalar one (and CUDA's, and pjrt's): NaN is kept out of them.
+        # NaN is kept out of the ops whose gradient at NaN CPU eager's vectorized and scalar kernels
+        # disagree on (celu: seed 5053720 with --focus binary,scalar,more,out,index; see above).
         no_nan = f"{x}.nan_to_num(nan=7.0, posinf=INF, neginf=-INF)"
         # A normalization of a (nearly) constant group is rounding noise times 1/sqrt(eps): CPU
         # eager computes x * invstd - mean * invstd unfused (+2^-11 for a row of 94s), pjrt fused
@@ -784,7 +786,7 @@ class Gen:
                  f"F.smooth_l1_loss({x}, {other()})", f"F.binary_cross_entropy_with_logits({x}, {other()}.sigmoid())",
                  f"F.pad({x}, (1, 2))", f"F.huber_loss({x}, {other()}, delta=0.5)", f"F.log_softmax({x}, {d}).exp()",
                  f"F.softmin({x}, {d})", f"F.logsigmoid({x})", f"F.softsign({x})", f"F.tanhshrink({x})",
-                 f"F.celu({x}, 0.5)", f"F.relu6({no_nan})", f"F.softshrink({no_nan}, 0.5)", f"F.hardshrink({no_nan}, 0.5)",
+                 f"F.celu({no_nan}, 0.5)", f"F.relu6({no_nan})", f"F.softshrink({no_nan}, 0.5)", f"F.hardshrink({no_nan}, 0.5)",
                  f"F.threshold({x}, 0.5, -2.0)", f"F.rrelu({x}, training=False)",
                  f"F.kl_div({x}, {other()}, reduction='batchmean', log_target=True)",
                  f"F.cosine_similarity({x}, {other()}, dim={d})", f"F.l1_loss({x}, {other()}, reduction='sum')",
