@@ -22,8 +22,8 @@ namespace torch_pjrt::graph {
 void AddIndexCheck(int device, Value indices, Value consumer, int64_t lo, int64_t hi, std::string what,
                    std::optional<int64_t> exempt = std::nullopt, ErrorKind kind = ErrorKind::kIndex);
 // Records that `values`, read by the op that produced `consumer`, must pass `rule` (one of the
-// value rules: not kRange; `hi` is kCountAtMost's bound); else the next sync point raises RuntimeError(message). Caller holds
-// the graph lock.
+// value rules: not kRange; `hi` is kCountAtMost's bound); else the next sync point raises
+// RuntimeError(message). Caller holds the graph lock.
 void AddValueCheck(int device, Value values, Value consumer, CheckRule rule, std::string message, int64_t hi = 0);
 // Records that integer `values`, read by the op that produced `consumer`, must lie in [lo, hi);
 // else the next sync point raises RuntimeError(message). Caller holds the graph lock.
