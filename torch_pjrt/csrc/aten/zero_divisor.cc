@@ -8,8 +8,6 @@ namespace torch_pjrt::aten {
 
 namespace {
 
-constexpr int kDividend = 0, kDivisor = 1;
-
 // torch's promotion of the dividend and the divisor (either may be a number).
 at::ScalarType PromotedType(const c10::IValue& a, const c10::IValue& b) {
   if (a.isTensor() && b.isTensor()) return at::result_type(a.toTensor(), b.toTensor());
@@ -20,7 +18,7 @@ at::ScalarType PromotedType(const c10::IValue& a, const c10::IValue& b) {
 bool IsIntegerDivision(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   int mode = sig.zero_divisor_check.rounding_mode_arg;
   if (mode >= 0 && args[mode].isNone()) return false;  // div's true division: a float result
-  return c10::isIntegralType(PromotedType(args[kDividend], args[kDivisor]), /*includeBool=*/true);
+  return c10::isIntegralType(PromotedType(args[kDividendArg], args[kDivisorArg]), /*includeBool=*/true);
 }
 
 // A number, or a CPU tensor (a scalar: Python numbers reach binary ops as wrapped 0-d tensors).
@@ -34,7 +32,7 @@ bool IsZero(const c10::IValue& divisor) {
 
 bool CheckDivisorOnHost(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int64_t result_numel) {
   if (result_numel == 0 || !IsIntegerDivision(sig, args)) return false;
-  const c10::IValue& divisor = args[kDivisor];
+  const c10::IValue& divisor = args[kDivisorArg];
   bool on_host = divisor.isScalar() || divisor.toTensor().is_cpu();
   TORCH_CHECK(!on_host || !IsZero(divisor), "ZeroDivisionError");
   return !on_host;

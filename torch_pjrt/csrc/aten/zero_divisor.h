@@ -9,6 +9,9 @@
 
 namespace torch_pjrt::aten {
 
+// Every op with a zero_divisor_check takes (dividend, divisor, ...).
+constexpr int kDividendArg = 0, kDivisorArg = 1;
+
 // For a call of an op with a zero_divisor_check whose result has `result_numel` elements: raises
 // CPU's RuntimeError("ZeroDivisionError") where the division is an integer one and its divisor,
 // known on the host (a Python number or a CPU scalar), is zero. Returns whether the divisor is a

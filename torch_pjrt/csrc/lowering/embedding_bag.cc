@@ -189,8 +189,8 @@ void RegisterEmbeddingBagOps(Registry& r) {
   // Indices must be rows of weight; per_sample_weights only come with mode sum (torch checks).
   // Their CPU kernels trust offsets (zero stand-ins with include_last_offset crash them): no probe;
   // the Meta kernels check the dtypes.
-  IndexArgSpec rows{1, 0, -1, -1};
-  rows.raises_runtime_error = true;  // as CPU's ("Index 0 of input takes value 3 which is not in ...")
+  // RuntimeError as CPU's ("Index 0 of input takes value 3 which is not in ...").
+  const IndexArgSpec rows = WithRuntimeError({1, 0, -1, -1});
   for (const char* schema : {"_embedding_bag", "_embedding_bag_forward_only"}) {
     OpLowering& op = r.Add(schema, LowerEmbeddingBag);
     op.index_checks = {rows};

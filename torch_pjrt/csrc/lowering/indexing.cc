@@ -486,8 +486,7 @@ void RegisterIndexingOps(Registry& r) {
   // Index bounds: (indices, source, dim argument); advanced indexing accepts -size <= i < 0.
   const IndexArgSpec along_dim{2, 0, 1};             // index_select/gather/scatter(self, dim, index)
   const IndexArgSpec advanced{1, 0, -1, -1, true};   // index/index_put(self, indices[], ...)
-  IndexArgSpec along_dim_runtime_error = along_dim;  // CPU's gather and scatter raise RuntimeError
-  along_dim_runtime_error.raises_runtime_error = true;
+  const IndexArgSpec along_dim_runtime_error = WithRuntimeError(along_dim);  // CPU's gather and scatter
   r.Add("index_select", LowerIndexSelect).index_checks = {along_dim};
   r.Add("gather", LowerGather).index_checks = {along_dim_runtime_error};
   r.Add("scatter.src", LowerScatterSrc).index_checks = {along_dim_runtime_error};

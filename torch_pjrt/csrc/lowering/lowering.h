@@ -96,6 +96,12 @@ struct IndexArgSpec {
   bool raises_runtime_error = false;
 };
 
+// `spec` raising CPU's RuntimeError for an index out of range (see raises_runtime_error).
+inline IndexArgSpec WithRuntimeError(IndexArgSpec spec) {
+  spec.raises_runtime_error = true;
+  return spec;
+}
+
 // A tensor argument whose values must pass `rule` (binary_cross_entropy's input and target in
 // [0, 1], normal's std >= 0), which torch's CPU kernel checks by reading them: checked when the
 // graph runs; a failure raises RuntimeError(message), CPU's text, at the next sync point.

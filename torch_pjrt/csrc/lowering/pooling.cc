@@ -626,8 +626,7 @@ void RegisterPoolingOps(Registry& r) {
   r.Add("adaptive_max_pool3d", LowerAdaptiveMaxPool<3>);
   r.Add("adaptive_max_pool3d_backward", LowerIndexedPoolBackward<3, 2>);
   // Indices into an output plane, of output_size's product elements.
-  IndexArgSpec plane{1, 0, -1, 2, false, IndexArgSpec::Bound::kSizeListProduct};
-  plane.raises_runtime_error = true;
+  const IndexArgSpec plane = WithRuntimeError({1, 0, -1, 2, false, IndexArgSpec::Bound::kSizeListProduct});
   r.Add("max_unpool2d", LowerMaxUnpool<2>).index_checks = {plane};
   r.Add("max_unpool3d", LowerMaxUnpool<3>).index_checks = {plane};
   r.Add("fractional_max_pool2d", LowerFractionalMaxPool<2>);
