@@ -210,6 +210,57 @@ def test_masked_scatter_with_too_short_a_source_raises():
             fn("pjrt").cpu()
 
 
+# masked_select and nonzero's out= variants (kernels of their own, outside the lowering table) wrote
+# a result that overlaps an input, or of another dtype, where CPU refuses.
+DATA_DEPENDENT_OUT_REFUSALS = {
+    "masked_select out is self": lambda d: (lambda x: torch.masked_select(x, x > 0, out=x))(torch.ones(4, device=d)),
+    "masked_select out is mask": lambda d: (lambda m: torch.masked_select(m, m, out=m))(
+        torch.ones(4, dtype=torch.bool, device=d)),
+    "masked_select out partly self": lambda d: (lambda x: torch.masked_select(x[:4], x[:4] > 0, out=x[2:]))(
+        torch.ones(8, device=d)),
+    "masked_select out is self, mask broadcast": lambda d: (
+        lambda x: torch.masked_select(x, torch.ones(2, 4, dtype=torch.bool, device=d), out=x))(torch.ones(4, device=d)),
+    "masked_select out dtype": lambda d: torch.masked_select(
+        torch.ones(4, device=d), torch.ones(4, device=d) > 0, out=torch.zeros(4, dtype=torch.long, device=d)),
+    "nonzero out is self": lambda d: (lambda x: torch.nonzero(x, out=x))(torch.ones(4, 1, dtype=torch.long, device=d)),
+}
+
+
+@pytest.mark.parametrize("name", DATA_DEPENDENT_OUT_REFUSALS)
+def test_data_dependent_out_variants_refuse_what_the_cpu_refuses(name):
+    fn = DATA_DEPENDENT_OUT_REFUSALS[name]
+    with pytest.raises(RuntimeError) as on_cpu:
+        fn("cpu")
+    with pytest.raises(RuntimeError) as on_pjrt:
+        fn("pjrt").cpu()
+    assert str(on_pjrt.value).split(".")[0] == str(on_cpu.value).split(".")[0]
+
+
+def test_data_dependent_out_variants_write_beside_their_inputs():
+    # Disjoint views of one storage are no overlap.
+    def fn(d):
+        x = torch.arange(8.0, device=d)
+        torch.masked_select(x[:4], x[:4] > 1, out=x[4:6])
+        return x
+    same(fn("pjrt"), fn("cpu"))
+
+
+def test_histc_refuses_a_range_that_is_not_finite():
+    # With min == max (the default) the range is the data's: CPU refuses NaN and infinity there, and
+    # an infinite min or max given. pjrt counted the finite values.
+    nan, inf = math.nan, math.inf
+    for data, lo, hi in (([1.0, nan], 0, 0), ([1.0, inf], 0, 0), ([-inf, 1.0], 0, 0), ([1.0, nan], 1, 1),
+                         ([1.0, 2.0], 0, inf)):
+        with pytest.raises(RuntimeError, match="is not finite"):
+            torch.histc(torch.tensor(data), bins=4, min=lo, max=hi)
+        with pytest.raises(RuntimeError, match="is not finite"):
+            torch.histc(torch.tensor(data, device="pjrt"), bins=4, min=lo, max=hi).cpu()
+    # An explicit range ignores NaN and what lies outside it; a constant input widens by one.
+    for data, lo, hi in (([1.0, nan], 0, 4), ([1.0, inf, -inf], 0, 4), ([3.0, 3.0], 0, 0), ([], 0, 0)):
+        x = torch.tensor(data)
+        same(torch.histc(x.to("pjrt"), bins=4, min=lo, max=hi), torch.histc(x, bins=4, min=lo, max=hi))
+
+
 # ---------------------------------------------------------------------------------- integer division
 
 INTEGER_DIVISIONS = [

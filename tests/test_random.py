@@ -227,6 +227,36 @@ def test_random_ops_refuse_what_the_cpu_refuses(name):
     torch.pjrt.synchronize()  # reported once: the device keeps working
 
 
+def _expanded(dev):
+    return torch.zeros(3, device=dev).expand(2, 3)
+
+
+# A written tensor whose elements share memory (an expanded view): CPU's random kernels refuse it
+# (TensorIterator's internal-overlap check); pjrt drew one number per element into the same slots.
+OVERLAPPING_RANDOM_WRITES = {
+    "uniform_": lambda d: _expanded(d).uniform_(),
+    "normal_": lambda d: _expanded(d).normal_(),
+    "bernoulli_": lambda d: _expanded(d).bernoulli_(0.5),
+    "random_": lambda d: _expanded(d).random_(0, 5),
+    "exponential_": lambda d: _expanded(d).exponential_(),
+    "bernoulli out=": lambda d: torch.bernoulli(torch.full((2, 3), 0.5, device=d), out=_expanded(d)),
+    "normal out=": lambda d: torch.normal(torch.zeros(2, 3, device=d), 1.0, out=_expanded(d)),
+    "rand out=": lambda d: torch.rand(2, 3, out=_expanded(d)),
+}
+
+
+@pytest.mark.parametrize("name", OVERLAPPING_RANDOM_WRITES)
+def test_random_ops_refuse_an_overlapping_written_tensor_without_drawing_on_the_cpu(name):
+    fn = OVERLAPPING_RANDOM_WRITES[name]
+    want = _raised(fn, "cpu")
+    assert want is not None and want.startswith("unsupported operation")
+    torch.manual_seed(5)
+    expected = torch.rand(2)
+    torch.manual_seed(5)
+    assert _raised(fn, "pjrt") == want
+    assert torch.equal(torch.rand(2), expected)  # the probe drew from a generator of its own
+
+
 def test_valid_random_arguments_pass_and_probing_them_draws_nothing_on_the_cpu():
     torch.manual_seed(3)
     expected = torch.rand(4)

@@ -120,6 +120,28 @@ def test_resize_and_set():
     assert w.numel() == 0
 
 
+def test_resize_keeps_strides_for_the_same_sizes_as_cpu():
+    # pjrt made every resized tensor contiguous: an expanded out= of the right size then took
+    # rand's numbers (CPU's resize_ keeps it expanded and uniform_ refuses it).
+    def strides_after(dev):
+        seen = []
+        x = torch.zeros(3, device=dev).expand(2, 3)
+        seen.append(x.resize_(2, 3).stride())
+        y = torch.zeros(2, 3, device=dev).t()
+        seen.append(y.resize_(3, 2).stride())
+        seen.append(y.resize_(3, 2, memory_format=torch.contiguous_format).stride())
+        seen.append(y.resize_(2, 2).stride())
+        z = torch.zeros(2, 3, 4, 5, device=dev)
+        seen.append(z.resize_(2, 3, 4, 5, memory_format=torch.channels_last).stride())
+        return seen
+    assert strides_after("pjrt") == strides_after("cpu")
+    for dev in ("cpu", "pjrt"):
+        with pytest.raises(RuntimeError, match="Unsupported memory format"):
+            torch.zeros(2, device=dev).resize_(2, memory_format=torch.preserve_format)
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            torch.rand(2, 3, out=torch.zeros(3, device=dev).expand(2, 3))
+
+
 def test_uninitialized_storage_reads_as_zeros_without_transfer():
     with Counters() as c:
         x = torch.empty(5, device="pjrt")

@@ -105,13 +105,14 @@ void EnsureStorageBytes(const at::Tensor& self, size_t nbytes) {
   ResizeStorage(self.storage(), nbytes);
 }
 
+// As CPU's resize_: the same sizes keep the strides (an expanded out= stays expanded, and the op
+// writing it then refuses it as CPU's does); new sizes are contiguous; a memory format restrides.
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
+  TORCH_CHECK(memory_format != c10::MemoryFormat::Preserve, "Unsupported memory format", c10::MemoryFormat::Preserve);
   auto* impl = self.unsafeGetTensorImpl();
-  auto format = memory_format.value_or(c10::MemoryFormat::Contiguous);
-  if (format == c10::MemoryFormat::Preserve) format = c10::MemoryFormat::Contiguous;
-  impl->set_sizes_contiguous(size);
-  if (format != c10::MemoryFormat::Contiguous) impl->empty_tensor_restride(format);
+  if (self.sizes() != size) impl->set_sizes_contiguous(size);
+  if (memory_format) impl->empty_tensor_restride(*memory_format);
   size_t nbytes = at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.dtype().itemsize(),
                                                    self.storage_offset());
   EnsureStorageBytes(self, nbytes);

@@ -109,7 +109,8 @@ bool ProbeIsSmall(const OpSignature& sig, const torch::jit::Stack& probe) {
   return total <= kMaxProbeElements;
 }
 
-bool IsDtypeRefusal(const CpuRefusal& e) {
+// A refusal of what the Meta key holds of a call: dtypes mostly, and a few keyed non-dtype arguments.
+bool IsKeyedArgRefusal(const CpuRefusal& e) {
   const char* m = e.message.c_str();
   // AT_DISPATCH's message; "Could not run 'aten::x' with arguments from the 'CPU' backend" (also a
   // NotImplementedError) says the op has no CPU kernel at all, which is no dtype refusal.
@@ -135,7 +136,8 @@ bool IsDtypeRefusal(const CpuRefusal& e) {
          // Not dtypes but a string and a float argument, which the Meta key holds as well (gelu's
          // approximate, smooth_l1_loss's beta).
          std::strstr(m, "approximate argument must be either none or tanh") != nullptr ||
-         std::strstr(m, "does not support negative values for beta") != nullptr;
+         std::strstr(m, "does not support negative values for beta") != nullptr ||
+         std::strstr(m, "] is not finite") != nullptr;  // histc's min and max (keyed by value)
 }
 
 constexpr int64_t kMaxOverlapProbeElements = 1 << 24;
@@ -339,7 +341,7 @@ void CpuRefusal::Raise() const {
 
 std::optional<CpuRefusal> CpuDtypeRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   if (!sig.cpu_probe || sig.random || sig.generator_arg >= 0 || !HasPjrtTensor(args)) return std::nullopt;
-  return ProbeOnStandIns(sig, args, IsDtypeRefusal);
+  return ProbeOnStandIns(sig, args, IsKeyedArgRefusal);
 }
 
 std::optional<CpuRefusal> CpuRandomArgRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
@@ -357,7 +359,7 @@ std::optional<CpuRefusal> CpuRandomArgRefusal(const OpSignature& sig, c10::Array
   if (!ProbeIsSmall(sig, probe)) return std::nullopt;
   probe[sig.generator_arg] = at::detail::createCPUGenerator();
   std::optional<CpuRefusal> error = RunOnCpu(sig, &probe);
-  if (error && (IsNumberRefusal(*error) || IsDtypeRefusal(*error))) return error;
+  if (error && (IsNumberRefusal(*error) || IsKeyedArgRefusal(*error))) return error;
   std::lock_guard<std::mutex> lock(mutex);
   if (passed->size() >= kMaxRemembered) passed->clear();
   passed->insert(std::move(key));
@@ -381,6 +383,8 @@ std::optional<CpuRefusal> ProbeOverlap(const OpSignature& sig, c10::ArrayRef<c10
   std::optional<torch::jit::Stack> probe = MirrorStorages(sig, args);
   *decided = false;
   if (!probe) return std::nullopt;
+  // A random op draws from a generator of its own: the CPU's default one must not advance.
+  if (sig.generator_arg >= 0) (*probe)[sig.generator_arg] = at::detail::createCPUGenerator();
   std::optional<CpuRefusal> error = RunOnCpu(sig, &*probe);
   bool overlap_refusal = error && error->message.find("unsupported operation:") != std::string::npos;
   *decided = !error || overlap_refusal;  // another error may have come before the overlap check
@@ -413,10 +417,24 @@ class FullOverlapVerdicts {
   std::map<std::pair<const OpSignature*, int>, std::optional<CpuRefusal>> verdicts_;
 };
 
+// torch's assert_no_internal_overlap for every tensor the call writes.
+std::optional<CpuRefusal> InternalOverlapRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  for (const at::Tensor& w : WrittenTensors(sig, args)) {
+    if (IsPjrt(w) && at::has_internal_overlap(w) == at::MemOverlap::Yes) {
+      return CpuRefusal{false, "unsupported operation: more than one element of the written-to tensor refers to a "
+                               "single memory location. Please clone() the tensor before performing the operation."};
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<CpuRefusal> CpuOverlapRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  if (!sig.cpu_probe || sig.variant == Variant::kFunctional || sig.random) return std::nullopt;
+  if (!sig.cpu_probe || sig.variant == Variant::kFunctional) return std::nullopt;
+  // A random op without a Generator argument (rand.out) would draw from the CPU's default
+  // generator: only the written tensors' own overlap is checked, as torch's nullary kernels do.
+  if (sig.random && sig.generator_arg < 0) return InternalOverlapRefusal(sig, args);
   WriteOverlap overlap = ClassifyWriteOverlap(sig, args);
   if (overlap.kind == WriteOverlap::kNone) return std::nullopt;
   if (overlap.kind == WriteOverlap::kFull) {
@@ -425,6 +443,12 @@ std::optional<CpuRefusal> CpuOverlapRefusal(const OpSignature& sig, c10::ArrayRe
   }
   bool decided = false;
   return ProbeOverlap(sig, args, &decided);
+}
+
+void CheckNoOverlap(const at::Tensor& written, const at::Tensor& input) {
+  TORCH_CHECK(!FullyOverlap(written, input) && !PartlyOverlap(written, input),
+              "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+              "memory location. Please clone() the tensor before performing the operation.");
 }
 
 void CheckCopyOverlap(const at::Tensor& dst, const at::Tensor& src) {

@@ -44,6 +44,10 @@ std::optional<CpuRefusal> CpuOverlapRefusal(const OpSignature& sig, c10::ArrayRe
 // destination must not overlap itself (an expanded tensor) nor partly overlap the source.
 void CheckCopyOverlap(const at::Tensor& dst, const at::Tensor& src);
 
+// torch's assert_no_overlap, which kernels outside the lowering table make themselves (the out=
+// variants of masked_select and nonzero): `written` must not share an element with `input`.
+void CheckNoOverlap(const at::Tensor& written, const at::Tensor& input);
+
 // The error CPU eager raises when a Python number does not fit the dtype it is converted to
 // (`int8_tensor.masked_fill(mask, 1000)`: "value cannot be converted to type int8_t without
 // overflow"), if any. Only when a number lies outside an integer argument's range does the call run

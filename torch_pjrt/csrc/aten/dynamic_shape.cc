@@ -13,6 +13,7 @@
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include "aten/cpu_probe.h"
 #include "aten/dynamic_shape.h"
 #include "aten/fallback.h"
 #include "aten/kernel_util.h"
@@ -119,6 +120,7 @@ at::Tensor NonzeroKernel(const at::Tensor& self) {
 at::Tensor& NonzeroOutKernel(const at::Tensor& self, at::Tensor& out) {
   TORCH_CHECK(out.scalar_type() == c10::kLong, "nonzero: Expected out tensor to have scalar type Long but got ",
               out.scalar_type());
+  CheckNoOverlap(out, self);
   at::Tensor result = NonzeroKernel(self);
   if (at::native::resize_output(out, result.sizes())) out.as_strided_(result.sizes(), result.strides());
   out.copy_(result);
@@ -139,7 +141,12 @@ at::Tensor MaskedSelectKernel(const at::Tensor& self, const at::Tensor& mask) {
   return WithTorchErrors([&] { return MaskedSelect(self, mask); });
 }
 
+// CPU's masked_select_out checks, which the functional kernel does not need.
 at::Tensor& MaskedSelectOutKernel(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  TORCH_CHECK(self.scalar_type() == out.scalar_type(),
+              "masked_select(): self and result must have the same scalar type");
+  CheckNoOverlap(out, self);
+  CheckNoOverlap(out, mask);
   WriteOut(out, MaskedSelectKernel(self, mask));
   return out;
 }

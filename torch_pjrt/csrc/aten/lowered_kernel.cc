@@ -601,6 +601,13 @@ int64_t CountBound(const lowering::ValueArgSpec& spec, c10::ArrayRef<c10::IValue
   return args[spec.bound_arg].toTensor().numel() / repeats;
 }
 
+// Whether a value check applies to this call (see ValueArgSpec::only_if_equal_numbers).
+bool ValueCheckApplies(const lowering::ValueArgSpec& spec, c10::ArrayRef<c10::IValue> args) {
+  if (!spec.only_if_equal_numbers) return true;
+  auto [a, b] = *spec.only_if_equal_numbers;
+  return args[a].toScalar().toDouble() == args[b].toScalar().toDouble();
+}
+
 class LoweredKernel final : public c10::OperatorKernel {
  public:
   explicit LoweredKernel(OpSignature sig) : sig_(std::move(sig)) {}
@@ -708,13 +715,13 @@ class LoweredKernel final : public c10::OperatorKernel {
       }
       for (const lowering::ValueArgSpec& spec : sig.value_checks) {
         const Arg& a = b.args[spec.arg];
-        if (a.kind == ArgKind::kTensor) {
+        if (a.kind == ArgKind::kTensor && ValueCheckApplies(spec, args)) {
           graph::AddValueCheck(device, b.inputs[a.payload], values[0], spec.rule, spec.message,
                                CountBound(spec, args, meta));
         }
       }
-      if (check_divisor && b.args[1].kind == ArgKind::kTensor) {
-        graph::AddValueCheck(device, b.inputs[b.args[1].payload], values[0], lowering::CheckRule::kNonzero,
+      if (check_divisor && b.args[kDivisorArg].kind == ArgKind::kTensor) {
+        graph::AddValueCheck(device, b.inputs[b.args[kDivisorArg].payload], values[0], lowering::CheckRule::kNonzero,
                              ZeroDivisorMessage(sig, where));
       }
     }

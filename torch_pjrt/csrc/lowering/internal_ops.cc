@@ -327,6 +327,9 @@ Val PassesValueRule(Emitter& e, const Val& v, CheckRule rule) {
     case CheckRule::kFiniteNonNegative:
       return e.Binary("and", e.Compare("GE", v, zero),
                       e.Compare("LT", v, e.Full(std::numeric_limits<double>::infinity(), v.type)));
+    case CheckRule::kFinite:
+      return e.Binary("and", e.Compare("GT", v, e.Full(-std::numeric_limits<double>::infinity(), v.type)),
+                      e.Compare("LT", v, e.Full(std::numeric_limits<double>::infinity(), v.type)));
     default:
       throw std::logic_error("not a per-value check rule");
   }

@@ -2,8 +2,10 @@
 // lowering, grep for its schema name ("add.Tensor") under lowering/.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "lowering/emitter.h"
@@ -112,6 +114,9 @@ struct ValueArgSpec {
   // kCountAtMost: the tensor argument whose element count bounds the nonzero count of `arg`
   // broadcast to the result's shape (masked_scatter's source and mask).
   int bound_arg = -1;
+  // Set: checked only for calls whose two number arguments at these positions are equal (histc's
+  // min and max: its range then comes from the data, which CPU's kernel requires to be finite).
+  std::optional<std::pair<int, int>> only_if_equal_numbers;
 };
 
 // An integer division, argument 1 dividing argument 0 (floor_divide, remainder, fmod, div with a

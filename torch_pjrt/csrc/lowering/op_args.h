@@ -23,6 +23,7 @@ enum class CheckRule : int64_t {
   kFiniteNonNegative = 4, // finite and >= 0 (multinomial's probabilities)
   kPositiveRowSums = 5,   // every row (the last dimension) sums to more than 0 (multinomial's)
   kCountAtMost = 6,       // at most `hi` values are nonzero (masked_scatter's mask: source's length)
+  kFinite = 7,            // neither infinite nor NaN (histc's input when its range comes from the data)
 };
 
 enum class ArgKind : uint8_t {

@@ -416,7 +416,10 @@ void RegisterSortingOps(Registry& r) {
   r.Add("isin.Tensor_Tensor", LowerIsin);
   r.Add("isin.Tensor_Scalar", LowerIsin);
   r.Add("isin.Scalar_Tensor", LowerIsin);
-  r.Add("histc", LowerHistc).checked_scalars = {2, 3};  // min <= max
+  OpLowering& histc = r.Add("histc", LowerHistc);
+  histc.checked_scalars = {2, 3};  // min <= max, both finite
+  histc.value_checks = {{0, CheckRule::kFinite, "torch.histc: range of the input's values is not finite (NaN or "
+                         "infinity) and min == max asks for that range", -1, std::make_pair(2, 3)}};
   r.Add("aminmax", LowerAminmax);
   r.Add("count_nonzero.dim_IntList", LowerCountNonzero);
 }
