@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ci/install.sh
 ci/install_test_deps.sh
-exec .venv/bin/python -m pytest -q tests openreg_tests "$@"
+# Two pytest-xdist workers (PYTEST_WORKERS; 0 runs in this process): most tests are small and
+# single-threaded (Python, tracing, one compile), so two keep both cores busy.
+exec .venv/bin/python -m pytest -q -n "${PYTEST_WORKERS:-2}" tests openreg_tests "$@"
