@@ -417,24 +417,19 @@ class FullOverlapVerdicts {
   std::map<std::pair<const OpSignature*, int>, std::optional<CpuRefusal>> verdicts_;
 };
 
-// torch's assert_no_internal_overlap for every tensor the call writes.
-std::optional<CpuRefusal> InternalOverlapRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  for (const at::Tensor& w : WrittenTensors(sig, args)) {
-    if (IsPjrt(w) && at::has_internal_overlap(w) == at::MemOverlap::Yes) {
-      return CpuRefusal{false, "unsupported operation: more than one element of the written-to tensor refers to a "
-                               "single memory location. Please clone() the tensor before performing the operation."};
-    }
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 std::optional<CpuRefusal> CpuOverlapRefusal(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   if (!sig.cpu_probe || sig.variant == Variant::kFunctional) return std::nullopt;
   // A random op without a Generator argument (rand.out) would draw from the CPU's default
-  // generator: only the written tensors' own overlap is checked, as torch's nullary kernels do.
-  if (sig.random && sig.generator_arg < 0) return InternalOverlapRefusal(sig, args);
+  // generator: only the written tensors' own overlap is checked (torch's check, which raises), as
+  // torch's nullary kernels do.
+  if (sig.random && sig.generator_arg < 0) {
+    for (const at::Tensor& w : WrittenTensors(sig, args)) {
+      if (IsPjrt(w)) at::assert_no_internal_overlap(w);
+    }
+    return std::nullopt;
+  }
   WriteOverlap overlap = ClassifyWriteOverlap(sig, args);
   if (overlap.kind == WriteOverlap::kNone) return std::nullopt;
   if (overlap.kind == WriteOverlap::kFull) {
@@ -445,10 +440,13 @@ std::optional<CpuRefusal> CpuOverlapRefusal(const OpSignature& sig, c10::ArrayRe
   return ProbeOverlap(sig, args, &decided);
 }
 
+// torch's assert_no_overlap / assert_no_partial_overlap message.
+constexpr char kInputOverlapMessage[] =
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
+    "location. Please clone() the tensor before performing the operation.";
+
 void CheckNoOverlap(const at::Tensor& written, const at::Tensor& input) {
-  TORCH_CHECK(!FullyOverlap(written, input) && !PartlyOverlap(written, input),
-              "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
-              "memory location. Please clone() the tensor before performing the operation.");
+  TORCH_CHECK(!FullyOverlap(written, input) && !PartlyOverlap(written, input), kInputOverlapMessage);
 }
 
 void CheckCopyOverlap(const at::Tensor& dst, const at::Tensor& src) {
@@ -460,9 +458,7 @@ void CheckCopyOverlap(const at::Tensor& dst, const at::Tensor& src) {
   // program CPU runs (the fuzzer leaves such writes out).
   bool same_element = dst.numel() == 1 && src.numel() == 1 && dst.storage().is_alias_of(src.storage()) &&
                       dst.storage_offset() == src.storage_offset() && dst.itemsize() == src.itemsize();
-  TORCH_CHECK(same_element || !PartlyOverlap(dst, src),
-              "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
-              "single memory location. Please clone() the tensor before performing the operation.");
+  TORCH_CHECK(same_element || !PartlyOverlap(dst, src), kInputOverlapMessage);
 }
 
 }  // namespace torch_pjrt::aten
