@@ -219,6 +219,7 @@ const TableData& Data() {
     RegisterBesselOps(r);
     RegisterIncompleteGammaOps(r);
     RegisterCtcLossOps(r);
+    RegisterAttentionOps(r);
     RegisterSegmentReduceOps(r);
     RegisterEmbeddingBagOps(r);
     RegisterComplexOps(r);  // after the ops it wraps

@@ -224,6 +224,7 @@ void RegisterPolynomialOps(Registry& r);
 void RegisterBesselOps(Registry& r);
 void RegisterIncompleteGammaOps(Registry& r);
 void RegisterCtcLossOps(Registry& r);
+void RegisterAttentionOps(Registry& r);
 void RegisterSegmentReduceOps(Registry& r);
 void RegisterEmbeddingBagOps(Registry& r);
 void RegisterComplexOps(Registry& r);  // after the others: it wraps some of their entries

@@ -1,0 +1,167 @@
+// Scaled dot-product attention as one op each way: pjrt::attention and pjrt::attention_backward,
+// traced by aten/attention.cc for torch's `_scaled_dot_product_fused_attention_overrideable` and
+// its backward (the SDPA backend a PrivateUse1 device may claim). One node replaces the ~15 ops of
+// torch's math decomposition (scale, transpose, matmul, mask, safe softmax, matmul) and the ~20 of
+// its backward: less tracing per layer, and grouped-query attention without materializing the
+// repeated keys and values.
+//
+// Shapes: q [B, Hq, L, E], k [B, Hk, S, E], v [B, Hk, S, Ev] (3-d inputs have no B), bias (an
+// additive mask, boolean masks already made 0/-inf by torch) broadcastable to [B, Hq, L, S].
+// Query head h attends with key head h / G, G = Hq / Hk (repeat_interleave's order), so the query
+// is viewed as [B, Hk, G, L, E] and every product batches over (B, Hk).
+//
+// Numerics follow torch's math path: q and k are each scaled by sqrt(|scale|) (the sign on q),
+// the softmax is computed in the accumulation type and is the "safe" one: a row masked
+// everywhere gives zeros, not NaN (CPU's flash kernel gives zeros too).
+#include <cmath>
+#include <cstring>
+
+#include "lowering/lowering.h"
+#include "lowering/pointwise_util.h"
+
+namespace torch_pjrt::lowering {
+
+namespace {
+
+using namespace pw;
+
+// The int attributes both ops carry after their tensors.
+struct AttentionAttrs {
+  bool has_bias;
+  bool is_causal;
+  double scale;
+};
+
+AttentionAttrs Attrs(const LowerCtx& c, size_t first) {
+  int64_t bits = c.int_arg(first + 2);
+  double scale;
+  std::memcpy(&scale, &bits, sizeof scale);  // a double passed bit for bit (attributes are ints)
+  return {c.int_arg(first) != 0, c.int_arg(first + 1) != 0, scale};
+}
+
+// The operands in the grouped 5-d form, in the accumulation type, q and k scaled.
+struct Grouped {
+  Val q;  // [B, Hk, G, L, E] * sign(scale) sqrt(|scale|)
+  Val k;  // [B, Hk, S, E] * sqrt(|scale|)
+  Val v;  // [B, Hk, S, Ev]
+  int64_t batch, kv_heads, groups, queries, keys;
+  ElementType acc;
+};
+
+Dims As4d(const Val& x) {
+  Dims d = x.dims();
+  if (d.size() == 3) d.insert_at(0, 1);
+  return d;
+}
+
+Grouped Prepare(Emitter& e, const Val& q, const Val& k, const Val& v, double scale) {
+  Grouped g;
+  g.acc = Opmath(q.dtype());
+  Dims qd = As4d(q), kd = As4d(k), vd = As4d(v);
+  g.batch = qd[0];
+  g.kv_heads = kd[1];
+  g.groups = qd[1] / kd[1];
+  g.queries = qd[2];
+  g.keys = kd[2];
+  double root = std::sqrt(std::abs(scale));
+  Val q5 = e.Reshape(e.Convert(q, g.acc), {g.batch, g.kv_heads, g.groups, g.queries, qd[3]});
+  g.q = Mul(e, q5, K(e, scale < 0 ? -root : root, q5));
+  Val k4 = e.Reshape(e.Convert(k, g.acc), kd);
+  g.k = Mul(e, k4, K(e, root, k4));
+  g.v = e.Reshape(e.Convert(v, g.acc), vd);
+  return g;
+}
+
+Dims ScoreDims(const Grouped& g) { return {g.batch, g.kv_heads, g.groups, g.queries, g.keys}; }
+
+// q k^T + bias, -inf above the diagonal when causal: [B, Hk, G, L, S].
+Val Scores(Emitter& e, const Grouped& g, const Val* bias, bool is_causal) {
+  Val s = e.DotGeneral(g.q, g.k, {0, 1}, {0, 1}, {4}, {3}, g.acc);
+  Dims full = ScoreDims(g);
+  if (bias != nullptr) {
+    Dims heads = {g.batch, g.kv_heads * g.groups, g.queries, g.keys};
+    s = Add(e, s, e.Reshape(e.BroadcastTo(e.Convert(*bias, g.acc), heads), full));
+  }
+  if (is_causal) {  // torch's ones(L, S).tril(): key j is visible to query i when j <= i
+    Val row = e.Iota(TensorType{ElementType::kS64, full}, 3), col = e.Iota(TensorType{ElementType::kS64, full}, 4);
+    s = Sel(e, Cmp(e, "GT", col, row), K(e, -INFINITY, s), s);
+  }
+  return s;
+}
+
+// Softmax over the keys (dim 4) that gives 0 for a row with no visible key; also the row's
+// log-sum-exp (-inf for such a row).
+std::pair<Val, Val> SafeSoftmax(Emitter& e, const Val& s) {
+  Dims rows(s.dims().begin(), s.dims().end() - 1);
+  Dims keep = {0, 1, 2, 3};
+  Val init = e.Scalar(-INFINITY, s.dtype());
+  Val max = e.Reduce(s, init, {4}, "maximum");
+  Val none_visible = Cmp(e, "EQ", max, K(e, -INFINITY, max));
+  Val shift = Sel(e, none_visible, K(e, 0, max), max);  // exp(-inf - 0) = 0 everywhere
+  Val ex = Exp(e, Sub(e, s, e.BroadcastInDim(shift, s.dims(), keep)));
+  Val sum = SumDims(e, ex, {4}, s.dtype());
+  Val divisor = Sel(e, none_visible, K(e, 1, sum), sum);
+  Val p = Div(e, ex, e.BroadcastInDim(divisor, s.dims(), keep));
+  return {p, Add(e, max, Log(e, sum))};
+}
+
+Val Ungroup(Emitter& e, const Val& x, const Dims& original, ElementType t) {
+  return e.Convert(e.Reshape(x, original), t);
+}
+
+// pjrt::attention(q, k, v, [bias], has_bias, is_causal, scale bits)
+//   -> (out, logsumexp [B, Hq, L], philox seed, philox offset): no dropout, so the last two are 0.
+std::vector<Val> LowerAttention(LowerCtx& c) {
+  Emitter& e = c.e;
+  Val q = c.tensor(0), k = c.tensor(1), v = c.tensor(2);
+  size_t first_attr = c.is_tensor(3) ? 4 : 3;
+  AttentionAttrs a = Attrs(c, first_attr);
+  Val bias = a.has_bias ? c.tensor(3) : Val{};
+  Grouped g = Prepare(e, q, k, v, a.scale);
+  auto [p, lse] = SafeSoftmax(e, Scores(e, g, a.has_bias ? &bias : nullptr, a.is_causal));
+  Val out = e.DotGeneral(p, g.v, {0, 1}, {0, 1}, {4}, {2}, g.acc);  // [B, Hk, G, L, Ev]
+  Val zero = e.Full(0, c.out(2));
+  return {Ungroup(e, out, c.out(0).dims, c.out(0).dtype), Ungroup(e, lse, c.out(1).dims, c.out(1).dtype), zero, zero};
+}
+
+// pjrt::attention_backward(grad_out, q, k, v, [bias], has_bias, is_causal, scale bits)
+//   -> (grad_q, grad_k, grad_v[, grad_bias])
+// The probabilities are recomputed (in one graph with the forward, XLA may reuse its). With
+// P = softmax(S), dS = P * (dP - rowsum(dP * P)); a masked position has P = 0, so dS = 0.
+std::vector<Val> LowerAttentionBackward(LowerCtx& c) {
+  Emitter& e = c.e;
+  Val grad = c.tensor(0), q = c.tensor(1), k = c.tensor(2), v = c.tensor(3);
+  size_t first_attr = c.is_tensor(4) ? 5 : 4;
+  AttentionAttrs a = Attrs(c, first_attr);
+  Val bias = a.has_bias ? c.tensor(4) : Val{};
+  Grouped g = Prepare(e, q, k, v, a.scale);
+  Val p = SafeSoftmax(e, Scores(e, g, a.has_bias ? &bias : nullptr, a.is_causal)).first;
+  Dims od = As4d(grad);
+  Val dout = e.Reshape(e.Convert(grad, g.acc), {g.batch, g.kv_heads, g.groups, g.queries, od[3]});
+  Val dv = e.DotGeneral(p, dout, {0, 1}, {0, 1}, {2, 3}, {2, 3}, g.acc);  // [B, Hk, S, Ev]
+  Val dp = e.DotGeneral(dout, g.v, {0, 1}, {0, 1}, {4}, {3}, g.acc);     // [B, Hk, G, L, S]
+  Val row = SumDims(e, Mul(e, dp, p), {4}, g.acc);
+  Val ds = Mul(e, p, Sub(e, dp, e.BroadcastInDim(row, dp.dims(), {0, 1, 2, 3})));
+  double root = std::sqrt(std::abs(a.scale));
+  Val dq = e.DotGeneral(ds, g.k, {0, 1}, {0, 1}, {4}, {2}, g.acc);       // [B, Hk, G, L, E]
+  dq = Mul(e, dq, K(e, a.scale < 0 ? -root : root, dq));
+  Val dk = e.DotGeneral(ds, g.q, {0, 1}, {0, 1}, {2, 3}, {2, 3}, g.acc);  // [B, Hk, S, E]
+  dk = Mul(e, dk, K(e, root, dk));
+  std::vector<Val> out = {Ungroup(e, dq, c.out(0).dims, c.out(0).dtype), Ungroup(e, dk, c.out(1).dims, c.out(1).dtype),
+                          Ungroup(e, dv, c.out(2).dims, c.out(2).dtype)};
+  if (c.num_outputs() > 3) {
+    Dims heads = {g.batch, g.kv_heads * g.groups, g.queries, g.keys};
+    Val dbias = SumTo(e, e.Reshape(ds, heads), bias.dims(), g.acc);  // over the dims bias broadcast along
+    out.push_back(e.Convert(e.Reshape(dbias, c.out(3).dims), c.out(3).dtype));
+  }
+  return out;
+}
+
+}  // namespace
+
+void RegisterAttentionOps(Registry& r) {
+  r.Add("pjrt::attention", LowerAttention);
+  r.Add("pjrt::attention_backward", LowerAttentionBackward);
+}
+
+}  // namespace torch_pjrt::lowering
