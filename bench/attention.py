@@ -13,6 +13,7 @@ replay of the same step (execution only), each with the speedup math / fused.
 
 import argparse
 import contextlib
+import os
 import platform
 import statistics
 import sys
@@ -104,7 +105,7 @@ def main():
         "# Fused attention against torch's math path",
         "",
         f"Produced by `.venv/bin/python bench/attention.py` on {datetime.now():%Y-%m-%d %H:%M} "
-        f"({platform.machine()}, {__import__('os').cpu_count()} cores): each model in one process, the two "
+        f"({platform.machine()}, {os.cpu_count()} cores): each model in one process, the two "
         f"variants alternating in {args.blocks} blocks of {args.steps_per_block} training steps (AdamW), "
         "medians. Lazy: the traced step and its one execution. Graph: the same step replayed by "
         "torch.accelerator.Graph (execution only). Speedup: math / fused.",

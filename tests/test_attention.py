@@ -35,17 +35,14 @@ def _fused_calls():
 
 def _check(q, k, v, mask=None, atol=1e-5, rtol=1e-4, **kw):
     expected = _run("cpu", q, k, v, mask, **kw)
-    before = _fused_calls()
     torch.pjrt.metrics.reset()
     actual = _run("pjrt", q, k, v, mask, **kw)
-    after = _fused_calls()
-    assert after == (1, 1), f"the fused path did not run: {torch.pjrt.metrics.lowered()}"
+    assert _fused_calls() == (1, 1), f"the fused path did not run: {torch.pjrt.metrics.lowered()}"
     assert "_safe_softmax" not in torch.pjrt.metrics.lowered() and torch.pjrt.metrics.fallbacks() == {}
     torch.testing.assert_close(actual[0], expected[0], atol=atol, rtol=rtol, equal_nan=True)
     assert actual[1] == expected[1], "output strides differ from CPU's"
     for a, e in zip(actual[2], expected[2]):
         torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True)
-    del before
 
 
 B, H, L, S, E = 2, 4, 5, 6, 8

@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -43,15 +42,11 @@ bool IsAttentionDtype(c10::ScalarType t) {
 bool IsAddableMask(const std::optional<at::Tensor>& mask, const at::Tensor& q, const at::Tensor& k) {
   if (!mask.has_value() || !mask->defined()) return true;
   const at::Tensor& m = *mask;
-  if (m.is_nested() || m.device() != q.device() || m.dim() > q.dim()) return false;
+  if (m.is_nested() || m.device() != q.device()) return false;
   if (m.scalar_type() != c10::kBool && m.scalar_type() != q.scalar_type()) return false;
-  std::vector<int64_t> scores(q.sizes().begin(), q.sizes().end());
+  std::vector<int64_t> scores = q.sizes().vec();
   scores.back() = k.size(-2);
-  for (int64_t i = 1; i <= m.dim(); ++i) {
-    int64_t have = m.size(-i), want = scores[scores.size() - i];
-    if (have != 1 && have != want) return false;
-  }
-  return true;
+  return at::is_expandable_to(m.sizes(), scores);
 }
 
 // Whether lowering/attention.cc computes this call exactly as torch's math path would.
@@ -89,11 +84,13 @@ int64_t FusedSdpChoice(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   return static_cast<int64_t>(ctx.userEnabledMathSDP() ? SDPBackend::math : SDPBackend::error);
 }
 
-int64_t ScaleBits(const at::Tensor& q, std::optional<double> scale) {
+// The attributes after the tensors: is_causal, and the scale (torch's default 1 / sqrt(E)).
+graph::ArgList AttentionAttrs(const at::Tensor& q, bool is_causal, std::optional<double> scale) {
   double s = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  int64_t bits;
-  std::memcpy(&bits, &s, sizeof bits);  // attributes are ints; the lowering reads the double back
-  return bits;
+  graph::ArgList attrs;
+  attrs.push_back(graph::Arg::Bool(is_causal));
+  attrs.push_back(graph::Arg::Double(s));
+  return attrs;
 }
 
 graph::TensorType TypeOf(c10::IntArrayRef sizes, c10::ScalarType dtype) {
@@ -165,9 +162,8 @@ AttentionResult Attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   std::vector<int64_t> out_sizes = q.sizes().vec();
   out_sizes.back() = v.size(-1);
   std::vector<int64_t> lse_sizes = {q.dim() == 4 ? q.size(0) : 1, q.size(-3), q.size(-2)};
-  std::vector<graph::Value> r = TraceInternalOp(
-      "pjrt::attention", AttentionInputs({q, k, v}, bias),
-      {bias.has_value() && bias->defined() ? 1 : 0, is_causal ? 1 : 0, ScaleBits(q, scale)},
+  std::vector<graph::Value> r = TraceInternalOpWith(
+      "pjrt::attention", AttentionInputs({q, k, v}, bias), AttentionAttrs(q, is_causal, scale),
       {TypeOf(out_sizes, q.scalar_type()), TypeOf(lse_sizes, c10::kFloat), TypeOf({}, c10::kLong),
        TypeOf({}, c10::kLong)});
   CountAttention("pjrt::attention");
@@ -188,9 +184,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> AttentionBackward(
   std::vector<graph::TensorType> outs = {TypeOf(q.sizes(), q.scalar_type()), TypeOf(k.sizes(), k.scalar_type()),
                                          TypeOf(v.sizes(), v.scalar_type())};
   if (bias_grad) outs.push_back(TypeOf(bias.sizes(), bias.scalar_type()));
-  std::vector<graph::Value> r = TraceInternalOp(
+  std::vector<graph::Value> r = TraceInternalOpWith(
       "pjrt::attention_backward", AttentionInputs({grad, q, k, v}, bias.defined() ? std::optional(bias) : std::nullopt),
-      {bias.defined() ? 1 : 0, is_causal ? 1 : 0, ScaleBits(q, scale)}, std::move(outs));
+      AttentionAttrs(q, is_causal, scale), std::move(outs));
   CountAttention("pjrt::attention_backward");
   // Gradients laid out like their inputs (torch's Meta kernel: empty_like).
   auto like = [&](size_t i, const at::Tensor& t) {

@@ -212,8 +212,8 @@ void WriteValue(const at::Tensor& t, graph::Value v) {
   graph::WriteTensor(StorageOf(t), ViewOf(t), ApplyMathBits(std::move(v), t));
 }
 
-std::vector<graph::Value> TraceInternalOp(const char* name, const std::vector<at::Tensor>& inputs,
-                                          const std::vector<int64_t>& ints, std::vector<graph::TensorType> outs) {
+std::vector<graph::Value> TraceInternalOpWith(const char* name, const std::vector<at::Tensor>& inputs,
+                                              const graph::ArgList& attrs, std::vector<graph::TensorType> outs) {
   int device = inputs[0].device().index();
   graph::GraphLock lock;
   std::vector<graph::Value> values;
@@ -222,8 +222,15 @@ std::vector<graph::Value> TraceInternalOp(const char* name, const std::vector<at
     args.push_back(graph::Arg::Tensor(static_cast<int>(values.size())));
     values.push_back(ReadValue(t));
   }
-  for (int64_t v : ints) args.push_back(graph::Arg::Int(v));
+  for (const graph::Arg& a : attrs) args.push_back(a);
   return graph::MakeOp(graph::InternalOp(name), device, values, std::move(args), {}, std::move(outs));
+}
+
+std::vector<graph::Value> TraceInternalOp(const char* name, const std::vector<at::Tensor>& inputs,
+                                          const std::vector<int64_t>& ints, std::vector<graph::TensorType> outs) {
+  graph::ArgList attrs;
+  for (int64_t v : ints) attrs.push_back(graph::Arg::Int(v));
+  return TraceInternalOpWith(name, inputs, attrs, std::move(outs));
 }
 
 at::Tensor TensorOfValue(graph::Value v, c10::IntArrayRef sizes, c10::ScalarType dtype, int device) {

@@ -42,6 +42,9 @@ void WriteValue(const at::Tensor& t, graph::Value v);
 // tensors of one device) with one int attribute per `ints`; returns its results' values.
 std::vector<graph::Value> TraceInternalOp(const char* name, const std::vector<at::Tensor>& inputs,
                                           const std::vector<int64_t>& ints, std::vector<graph::TensorType> outs);
+// The same with attributes of any kind (graph::Arg::Bool, Arg::Double, ...) after the tensors.
+std::vector<graph::Value> TraceInternalOpWith(const char* name, const std::vector<at::Tensor>& inputs,
+                                              const graph::ArgList& attrs, std::vector<graph::TensorType> outs);
 // A new contiguous pjrt tensor of `sizes`/`dtype` on `device` holding `v`.
 at::Tensor TensorOfValue(graph::Value v, c10::IntArrayRef sizes, c10::ScalarType dtype, int device);
 

@@ -14,7 +14,6 @@
 // the softmax is computed in the accumulation type and is the "safe" one: a row masked
 // everywhere gives zeros, not NaN (CPU's flash kernel gives zeros too).
 #include <cmath>
-#include <cstring>
 
 #include "lowering/lowering.h"
 #include "lowering/pointwise_util.h"
@@ -25,28 +24,29 @@ namespace {
 
 using namespace pw;
 
-// The int attributes both ops carry after their tensors.
-struct AttentionAttrs {
-  bool has_bias;
+// What both ops read after their tensors q, k, v: an optional bias tensor, then is_causal and
+// the scale.
+struct AttentionArgs {
+  Val bias;  // invalid when there is none
   bool is_causal;
   double scale;
 };
 
-AttentionAttrs Attrs(const LowerCtx& c, size_t first) {
-  int64_t bits = c.int_arg(first + 2);
-  double scale;
-  std::memcpy(&scale, &bits, sizeof scale);  // a double passed bit for bit (attributes are ints)
-  return {c.int_arg(first) != 0, c.int_arg(first + 1) != 0, scale};
+AttentionArgs ArgsAfter(const LowerCtx& c, size_t bias_arg) {
+  bool has_bias = c.is_tensor(bias_arg);
+  size_t next = has_bias ? bias_arg + 1 : bias_arg;
+  return {has_bias ? c.tensor(bias_arg) : Val{}, c.bool_arg(next), c.double_arg(next + 1)};
 }
 
 // The operands with the query's groups folded into its rows, in the accumulation type, q and k
 // scaled: every product is then a plain batched matmul over (B, Hk), the form XLA:CPU runs best
-// (a 5-d [B, Hk, G, L, E] form with two free or two contracted dims ran GPT-2's and ViT's steps
-// slower than the math path).
+// (a 5-d [B, Hk, G, L, E] form with two free or two contracted dims looked slower than the math
+// path in GPT-2's and ViT's replays).
 struct Grouped {
   Val q;  // [B, Hk, G L, E] * sign(scale) sqrt(|scale|)
   Val k;  // [B, Hk, S, E] * sqrt(|scale|)
   Val v;  // [B, Hk, S, Ev]
+  double q_factor, k_factor;  // sign(scale) sqrt(|scale|), sqrt(|scale|): the gradients' too
   int64_t batch, kv_heads, groups, queries, keys;
   ElementType acc;
 };
@@ -66,11 +66,12 @@ Grouped Prepare(Emitter& e, const Val& q, const Val& k, const Val& v, double sca
   g.groups = qd[1] / kd[1];
   g.queries = qd[2];
   g.keys = kd[2];
-  double root = std::sqrt(std::abs(scale));
+  g.k_factor = std::sqrt(std::abs(scale));
+  g.q_factor = scale < 0 ? -g.k_factor : g.k_factor;
   Val rows = e.Reshape(e.Convert(q, g.acc), {g.batch, g.kv_heads, g.groups * g.queries, qd[3]});
-  g.q = Mul(e, rows, K(e, scale < 0 ? -root : root, rows));
+  g.q = Mul(e, rows, K(e, g.q_factor, rows));
   Val k4 = e.Reshape(e.Convert(k, g.acc), kd);
-  g.k = Mul(e, k4, K(e, root, k4));
+  g.k = Mul(e, k4, K(e, g.k_factor, k4));
   g.v = e.Reshape(e.Convert(v, g.acc), vd);
   return g;
 }
@@ -79,11 +80,11 @@ Dims ScoreDims(const Grouped& g) { return {g.batch, g.kv_heads, g.groups * g.que
 Dims HeadDims(const Grouped& g) { return {g.batch, g.kv_heads * g.groups, g.queries, g.keys}; }
 
 // q k^T + bias, -inf above the diagonal when causal: [B, Hk, G L, S].
-Val Scores(Emitter& e, const Grouped& g, const Val* bias, bool is_causal) {
+Val Scores(Emitter& e, const Grouped& g, const AttentionArgs& a) {
   Val s = e.DotGeneral(g.q, g.k, {0, 1}, {0, 1}, {3}, {3}, g.acc);
   Dims full = ScoreDims(g);
-  if (bias != nullptr) s = Add(e, s, e.Reshape(e.BroadcastTo(e.Convert(*bias, g.acc), HeadDims(g)), full));
-  if (is_causal) {  // torch's ones(L, S).tril(): key j is visible to query i when j <= i
+  if (a.bias.valid()) s = Add(e, s, e.Reshape(e.BroadcastTo(e.Convert(a.bias, g.acc), HeadDims(g)), full));
+  if (a.is_causal) {  // torch's ones(L, S).tril(): key j is visible to query i when j <= i
     TensorType grid{ElementType::kS64, {g.groups, g.queries, g.keys}};
     Val hidden = Cmp(e, "GT", e.Iota(grid, 2), e.Iota(grid, 1));
     hidden = e.BroadcastInDim(e.Reshape(hidden, {g.groups * g.queries, g.keys}), full, {2, 3});
@@ -110,47 +111,41 @@ Val Ungroup(Emitter& e, const Val& x, const Dims& original, ElementType t) {
   return e.Convert(e.Reshape(x, original), t);
 }
 
-// pjrt::attention(q, k, v, [bias], has_bias, is_causal, scale bits)
+// pjrt::attention(q, k, v, [bias], is_causal, scale)
 //   -> (out, logsumexp [B, Hq, L], philox seed, philox offset): no dropout, so the last two are 0.
 std::vector<Val> LowerAttention(LowerCtx& c) {
   Emitter& e = c.e;
-  Val q = c.tensor(0), k = c.tensor(1), v = c.tensor(2);
-  size_t first_attr = c.is_tensor(3) ? 4 : 3;
-  AttentionAttrs a = Attrs(c, first_attr);
-  Val bias = a.has_bias ? c.tensor(3) : Val{};
-  Grouped g = Prepare(e, q, k, v, a.scale);
-  auto [p, lse] = SafeSoftmax(e, Scores(e, g, a.has_bias ? &bias : nullptr, a.is_causal));
+  AttentionArgs a = ArgsAfter(c, 3);
+  Grouped g = Prepare(e, c.tensor(0), c.tensor(1), c.tensor(2), a.scale);
+  auto [p, lse] = SafeSoftmax(e, Scores(e, g, a));
   Val out = e.DotGeneral(p, g.v, {0, 1}, {0, 1}, {3}, {2}, g.acc);  // [B, Hk, G L, Ev]
   Val zero = e.Full(0, c.out(2));
   return {Ungroup(e, out, c.out(0).dims, c.out(0).dtype), Ungroup(e, lse, c.out(1).dims, c.out(1).dtype), zero, zero};
 }
 
-// pjrt::attention_backward(grad_out, q, k, v, [bias], has_bias, is_causal, scale bits)
+// pjrt::attention_backward(grad_out, q, k, v, [bias], is_causal, scale)
 //   -> (grad_q, grad_k, grad_v[, grad_bias])
 // The probabilities are recomputed (in one graph with the forward, XLA may reuse its). With
 // P = softmax(S), dS = P * (dP - rowsum(dP * P)); a masked position has P = 0, so dS = 0.
 std::vector<Val> LowerAttentionBackward(LowerCtx& c) {
   Emitter& e = c.e;
-  Val grad = c.tensor(0), q = c.tensor(1), k = c.tensor(2), v = c.tensor(3);
-  size_t first_attr = c.is_tensor(4) ? 5 : 4;
-  AttentionAttrs a = Attrs(c, first_attr);
-  Val bias = a.has_bias ? c.tensor(4) : Val{};
-  Grouped g = Prepare(e, q, k, v, a.scale);
-  Val p = SafeSoftmax(e, Scores(e, g, a.has_bias ? &bias : nullptr, a.is_causal)).first;
+  Val grad = c.tensor(0);
+  AttentionArgs a = ArgsAfter(c, 4);
+  Grouped g = Prepare(e, c.tensor(1), c.tensor(2), c.tensor(3), a.scale);
+  Val p = SafeSoftmax(e, Scores(e, g, a)).first;
   Val dout = e.Reshape(e.Convert(grad, g.acc), {g.batch, g.kv_heads, g.groups * g.queries, As4d(grad)[3]});
   Val dv = e.DotGeneral(p, dout, {0, 1}, {0, 1}, {2}, {2}, g.acc);  // [B, Hk, S, Ev]
   Val dp = e.DotGeneral(dout, g.v, {0, 1}, {0, 1}, {3}, {3}, g.acc);  // [B, Hk, G L, S]
   Val row = SumDims(e, Mul(e, dp, p), {3}, g.acc);
   Val ds = Mul(e, p, Sub(e, dp, e.BroadcastInDim(row, dp.dims(), {0, 1, 2})));
-  double root = std::sqrt(std::abs(a.scale));
   Val dq = e.DotGeneral(ds, g.k, {0, 1}, {0, 1}, {3}, {2}, g.acc);  // [B, Hk, G L, E]
-  dq = Mul(e, dq, K(e, a.scale < 0 ? -root : root, dq));
+  dq = Mul(e, dq, K(e, g.q_factor, dq));
   Val dk = e.DotGeneral(ds, g.q, {0, 1}, {0, 1}, {2}, {2}, g.acc);  // [B, Hk, S, E]
-  dk = Mul(e, dk, K(e, root, dk));
+  dk = Mul(e, dk, K(e, g.k_factor, dk));
   std::vector<Val> out = {Ungroup(e, dq, c.out(0).dims, c.out(0).dtype), Ungroup(e, dk, c.out(1).dims, c.out(1).dtype),
                           Ungroup(e, dv, c.out(2).dims, c.out(2).dtype)};
   if (c.num_outputs() > 3) {  // summed over the dims the bias broadcast along
-    Val dbias = SumTo(e, e.Reshape(ds, HeadDims(g)), bias.dims(), g.acc);
+    Val dbias = SumTo(e, e.Reshape(ds, HeadDims(g)), a.bias.dims(), g.acc);
     out.push_back(e.Convert(e.Reshape(dbias, c.out(3).dims), c.out(3).dtype));
   }
   return out;
