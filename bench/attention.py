@@ -7,7 +7,7 @@ path, which every call took before it, on the transformer workloads of bench/mod
 Each model runs in one process that holds both variants and alternates them in blocks of steps
 (`torch.nn.attention.sdpa_kernel([SDPBackend.MATH])` selects the math path): across processes this
 machine's steps/s moved by up to 2x between runs, far more than the difference measured. Reported:
-median lazy training step (tracing and the one execution) and median torch.accelerator.Graph
+median lazy training step (tracing and its executions) and median torch.accelerator.Graph
 replay of the same step (execution only), each with the speedup math / fused.
 """
 
@@ -107,7 +107,7 @@ def main():
         f"Produced by `.venv/bin/python bench/attention.py` on {datetime.now():%Y-%m-%d %H:%M} "
         f"({platform.machine()}, {os.cpu_count()} cores): each model in one process, the two "
         f"variants alternating in {args.blocks} blocks of {args.steps_per_block} training steps (AdamW), "
-        "medians. Lazy: the traced step and its one execution. Graph: the same step replayed by "
+        "medians. Lazy: the traced step and its executions. Graph: the same step replayed by "
         "torch.accelerator.Graph (execution only). Speedup: math / fused.",
         "",
         "| model | lazy math (ms) | lazy fused (ms) | speedup | graph math (ms) | graph fused (ms) | speedup |",

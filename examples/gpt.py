@@ -2,9 +2,9 @@
 
 Character-level model on text made in-process (sentences from a tiny seeded grammar: no
 download), with dropout, bfloat16 autocast and AdamW, printing the loss and tokens/s of every
-step and what the device did. After the first steps (compiles), every step is exactly one
-execution of one compiled graph: forward, backward, optimizer and the dropout masks' random
-numbers all on the device.
+step and what the device did. After the first steps (compiles), every step is exactly two
+executions of cached programs, launched without waiting: the forward and backward (with the
+dropout masks' random numbers) as `optimizer.step()` begins, AdamW's updates as it ends.
 
     python examples/gpt.py                      # train on pjrt
     python examples/gpt.py --device cpu         # the same on CPU eager

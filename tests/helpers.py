@@ -70,3 +70,11 @@ class Counters:
 
     def __getitem__(self, name):
         return self.after.get(name, 0) - self.before.get(name, 0)
+
+
+def step_launches(c):
+    """A lazy training step's executions by cause: (all, before_optimizer_step, optimizer_step).
+    The forward and backward launch as `optimizer.step()` begins and the updates as it ends
+    (docs/design.md, "The optimizer step as a program of its own"), so a step that nothing else
+    syncs is (2, 1, 1)."""
+    return c["Executions"], c["Sync::before_optimizer_step"], c["Sync::optimizer_step"]

@@ -5,7 +5,7 @@ donation, and results match the CPU."""
 import pytest
 import torch
 
-from helpers import Counters
+from helpers import Counters, step_launches
 
 OPTIMIZERS = {
     "sgd-foreach": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01, foreach=True),
@@ -42,18 +42,19 @@ def train(device, make_opt, steps=6):
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_optimizer_matches_cpu_in_one_graph_per_step(name):
+def test_optimizer_matches_cpu_in_two_cached_programs_per_step(name):
     want, _ = train("cpu", OPTIMIZERS[name])
     got, per_step = train("pjrt", OPTIMIZERS[name])
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    for c in per_step[2:]:  # after the state exists: one execution, nothing compiled, no fallback
+    for c in per_step[2:]:  # after the state exists: two executions, nothing compiled, no fallback
         # torch's Adafactor reads each parameter's and update's norm with .item() (a sync on any
-        # device); every other execution is the step graph.
+        # device); every other execution is one of the step's two programs.
         reads = c["Sync::item"] if name.startswith("adafactor") else 0
-        assert c["Executions"] == 1 + reads and c["GraphsCompiled"] == 0 and c["FallbackOps"] == 0
-        # optimizer.step() launches the step graph; the synchronize after it finds nothing pending.
-        assert c["Sync::optimizer_step"] == 1 and c["Executions"] == 1 + c["Sync::item"]
+        assert c["GraphsCompiled"] == 0 and c["FallbackOps"] == 0
+        # optimizer.step() launches the forward and backward as it begins and the updates as it
+        # ends; the synchronize after it finds nothing pending.
+        assert step_launches(c) == (2 + reads, 1, 1) and c["Executions"] == 2 + c["Sync::item"]
 
 
 def test_foreach_and_fused_ops_are_native_nodes():
@@ -141,7 +142,7 @@ def test_parameters_and_state_are_updated_in_place_without_a_second_copy():
     assert model.weight.data_ptr() == weight_address
 
 
-def test_a_loop_that_never_reads_values_runs_one_cached_graph_per_step():
+def test_a_loop_that_never_reads_values_runs_the_same_cached_programs_each_step():
     """optimizer.step() ends the lazy graph (asynchronously): without it, steps that read nothing
     would pile into one trace until the pending-node bound cut it at arbitrary points, each cut a
     new graph to compile."""
@@ -161,8 +162,7 @@ def test_a_loop_that_never_reads_values_runs_one_cached_graph_per_step():
         for _ in range(20):
             step()
         torch.pjrt.synchronize()
-    assert c["Executions"] == 20 and c["GraphsCompiled"] == 0
-    assert c["Sync::optimizer_step"] == 20 and c["Sync::graph_too_large"] == 0
+    assert step_launches(c) == (40, 20, 20) and c["GraphsCompiled"] == 0 and c["Sync::graph_too_large"] == 0
 
 
 def test_optimizer_steps_on_cpu_parameters_launch_nothing():
@@ -202,6 +202,6 @@ def test_the_first_step_compiles_the_graph_of_every_later_step(name):
         results[device] = [p.detach().cpu() for p in model.parameters()]
     for a, b in zip(results["pjrt"], results["cpu"]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert per_step[0]["GraphsLowered"] == 1
+    assert per_step[0]["GraphsLowered"] >= 1  # the updates (and the forward and backward, unless a case before lowered them)
     assert [c["GraphsLowered"] for c in per_step[1:]] == [0, 0]
-    assert [c["Executions"] for c in per_step] == [1, 1, 1]
+    assert [step_launches(c) for c in per_step] == [(2, 1, 1)] * 3

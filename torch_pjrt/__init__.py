@@ -16,6 +16,9 @@ __version__ = "0.1.0"
 
 _registered = False
 _registration_error = None
+# Whether optimizer.step() launches the pending forward and backward as it begins (see
+# _launch_after_optimizer_steps); bench/launch.py turns it off to time the one-program step.
+_launch_before_optimizer_step = True
 
 
 def _register():
@@ -105,16 +108,18 @@ def _print_through_cpu():
 
 
 def _launch_after_optimizer_steps():
-    """Ends the lazy graph at every optimizer step that updates pjrt parameters.
+    """Ends the lazy graph at every optimizer step that updates pjrt parameters, in two launches.
 
     A training loop that does not read a value each step (logging every N steps) would otherwise
     trace step after step into one graph until the pending-node bound cuts it at an arbitrary
     point, and every cut graph is new: compiles instead of one cached step graph. Launching at
-    the end of ``optimizer.step()`` (asynchronously: nothing waits) keeps one execution per step.
-    Where host kernels (convolutions, pooling) make up much of the backward, the forward and
-    backward launch as the step begins, and the step is two executions: the updates then run
-    after the backward instead of competing with its kernels for the cores (ResNet-18 ~20%
-    faster; ``_C._launch_before_optimizer_step`` decides).
+    the end of ``optimizer.step()`` (asynchronously: nothing waits) keeps the same programs every
+    step. The forward and backward launch as the step begins (also without waiting), so they run
+    while the updates are traced and the updates run while the next forward is traced: the real
+    models' lazy steps, whose tracing takes as long as their execution, got 7-19% faster
+    (docs/design.md, "The optimizer step as a program of its own"). During a device-graph capture
+    ``_C._launch_before_optimizer_step`` splits the region only where host kernels make up much of
+    the backward.
 
     During the step, zero-filled storages are read as device buffers (``_set_zero_reads_as_buffers``):
     optimizer state made in the first step (Adam's ``zeros_like(param)``) is then a graph input
@@ -124,8 +129,9 @@ def _launch_after_optimizer_steps():
         if torch.compiler.is_compiling():
             return
         _check_capturable(optimizer)
-        for index in _pjrt_devices(optimizer):  # a backward of host kernels runs on its own
-            _C._launch_before_optimizer_step(index)
+        if _launch_before_optimizer_step:
+            for index in _pjrt_devices(optimizer):
+                _C._launch_before_optimizer_step(index)
         _C._set_zero_reads_as_buffers(True)
 
     def launch(optimizer, args, kwargs):

@@ -169,8 +169,8 @@ struct OpLowering {
   bool cpu_probe = true;
   // The op may run as a host kernel (TargetOptions::host_kernels: a convolution or max pooling
   // through torch's CPU kernel). The graph counts such nodes per trace: where they are a large
-  // part of a backward, the optimizer's step runs as its own execution (graph/executor.h,
-  // LaunchBeforeOptimizerStep).
+  // part of a backward, a device-graph capture makes the optimizer's step a program of its own
+  // (graph/executor.h, LaunchBeforeOptimizerStep).
   bool host_kernel = false;
 };
 

@@ -1,0 +1,145 @@
+"""Where a lazy training step launches: the forward and backward as `optimizer.step()` begins and
+the updates as it ends (two executions, the default since 2026-11-28), against the whole step as
+one program launched at the end (`torch_pjrt._launch_before_optimizer_step = False`), and CPU
+eager, on bench/models.py's training workloads plus the GPT example (docs/design.md, "The
+optimizer step as a program of its own").
+
+    .venv/bin/python bench/launch.py                # writes bench/launch_results.md
+    .venv/bin/python bench/launch.py --only bert --blocks 4
+
+Each model runs in a process of its own that holds all three variants and alternates them in
+blocks of steps, each step reading its loss: across processes this machine's steps/s moved by up
+to 2x between runs, more than the differences measured (and CPU eager ran 2-4x slower for some
+models in a process that had run other models on pjrt before). The eager column is slowed where
+the model has convolutions (ViT-tiny's patch embedding, ResNet-18, MobileNetV3): pjrt's host
+kernels start an OpenMP team, which throttles eager's (docs/design.md, "CPU eager after pjrt's
+host kernels"); bench/models.py measures eager in a process of its own. Reported: median ms per step of each, and
+the ratios two launches / one program and two launches / eager.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+MODELS = ["gpt2", "bert", "llama", "t5", "vit_tiny", "lstm", "resnet18", "mobilenetv3", "gpt_example"]
+VARIANTS = ("two", "one", "eager")
+
+
+def gpt_example(device):
+    """bench/workloads.py's GPT workload: examples/gpt.py's model, batch 16 x 64 tokens."""
+    import torch
+
+    sys.path.insert(0, str(ROOT.parent / "examples"))
+    import gpt as example
+
+    x = torch.randint(0, 32, (16, 64)).to(device)
+    y = torch.randint(0, 32, (16, 64)).to(device)
+    return example.GPT(32, 64, dropout=0.0).to(device), (x, y), lambda model, x, y: model(x, y)
+
+
+def build(name, device):
+    """The model's AdamW training step on `device`, returning its loss."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    import real_models
+    from torchvision_compat import ensure_torchvision_importable
+
+    ensure_torchvision_importable()
+    builders = {**real_models.TEXT_MODELS, **real_models.VISION_MODELS, **real_models.PLAIN_MODELS,
+                "gpt_example": gpt_example}
+    torch.manual_seed(0)
+    model, batch, loss_fn = builders[name](device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model, *batch)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def run_variant(variant, steps, n, times=None):
+    """`n` steps of one variant, each reading its loss; their times appended to `times`."""
+    import torch_pjrt
+
+    torch_pjrt._launch_before_optimizer_step = variant != "one"
+    for _ in range(n):
+        t0 = time.perf_counter()
+        steps[variant]().item()
+        if times is not None:
+            times.append(time.perf_counter() - t0)
+    torch_pjrt._launch_before_optimizer_step = True
+
+
+def measure(name, blocks, per_block):
+    """Median seconds per step of each variant, alternating block by block."""
+    pjrt_step = build(name, "pjrt")
+    steps = {"two": pjrt_step, "one": pjrt_step, "eager": build(name, "cpu")}
+    for v in VARIANTS:  # compile both launch patterns' programs before timing
+        run_variant(v, steps, 4)
+    times = {v: [] for v in VARIANTS}
+    for b in range(blocks):
+        for v in (VARIANTS if b % 2 == 0 else VARIANTS[::-1]):
+            run_variant(v, steps, per_block, times[v])
+    return {v: statistics.median(t) for v, t in times.items()}
+
+
+def measure_in_child(name, blocks, per_block):
+    """`measure` in a fresh process (one JSON line on its stdout)."""
+    cmd = [sys.executable, __file__, "--child", name, "--blocks", str(blocks), "--steps-per-block", str(per_block)]
+    env = dict(os.environ, TORCH_PJRT_FALLBACK_WARNINGS="0")
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", nargs="*", default=MODELS)
+    parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--steps-per-block", type=int, default=12)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child, args.blocks, args.steps_per_block)))
+        return
+    rows = []
+    for name in args.only:
+        m = measure_in_child(name, args.blocks, args.steps_per_block)
+        row = (f"| {name} | {m['two'] * 1e3:.2f} | {m['one'] * 1e3:.2f} | {m['eager'] * 1e3:.2f} "
+               f"| {m['one'] / m['two']:.2f} | {m['eager'] / m['two']:.2f} | {m['eager'] / m['one']:.2f} |")
+        print(row, flush=True)
+        rows.append(row)
+    text = [
+        "# Two launches per lazy training step against one",
+        "",
+        f"Produced by `.venv/bin/python bench/launch.py` on {datetime.now():%Y-%m-%d %H:%M} "
+        f"({platform.machine()}, {os.cpu_count()} cores): each model in a process of its own, the three "
+        f"variants alternating in {args.blocks} blocks of {args.steps_per_block} AdamW training steps, "
+        "each step reading its loss; medians. Two launches: the forward and backward launched as "
+        "`optimizer.step()` begins, the updates as it ends (the default). One program: the whole "
+        "step launched as `optimizer.step()` ends. Speedup columns are ratios of step times.",
+        "",
+        "| model | two launches (ms) | one program (ms) | CPU eager (ms) | two / one speedup "
+        "| two launches / eager | one program / eager |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+    if args.only == MODELS:
+        (ROOT / "launch_results.md").write_text("\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
