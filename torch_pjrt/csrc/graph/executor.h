@@ -22,8 +22,8 @@ enum class SyncCause : int {
   kDeviceCopy,      // a copy to another pjrt device
   kEvent,           // a stream event was recorded
   kDataDependentShape,  // a result's size depends on data (nonzero, masked_select, unique)
-  kOptimizerStep,   // an optimizer step ended: the training step's graph is launched, not waited for
-  kBeforeOptimizerStep,  // a backward of host kernels launched before the optimizer's step traces
+  kOptimizerStep,   // an optimizer step ended: its updates are launched, not waited for
+  kBeforeOptimizerStep,  // an optimizer step begins: the pending forward and backward launched, not waited for
   kCompiledCall,    // a torch.compile'd graph finished its first (traced) call: graph/capture.h
   kOther,
   kNumCauses
