@@ -205,3 +205,28 @@ def test_the_first_step_compiles_the_graph_of_every_later_step(name):
     assert per_step[0]["GraphsLowered"] >= 1  # the updates (and the forward and backward, unless a case before lowered them)
     assert [c["GraphsLowered"] for c in per_step[1:]] == [0, 0]
     assert [step_launches(c) for c in per_step] == [(2, 1, 1)] * 3
+
+
+def test_an_out_of_range_index_poisons_the_updates_launched_without_waiting_for_its_check():
+    """The updates launch as optimizer.step() ends without waiting for the index checks of the
+    forward and backward launched as it began: they inherit them. The bad index raises at the next
+    read, CPU's error type, and so do the parameters updated from its gradient; the next step's
+    launch settles the checks."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(5, 3).to("pjrt")
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    good, bad = torch.tensor([0, 1]).to("pjrt"), torch.tensor([0, 7]).to("pjrt")
+    emb(good).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    with Counters() as c:
+        loss = emb(bad).sum()
+        loss.backward()
+        opt.step()  # does not raise: nothing waited for the check
+    assert step_launches(c) == (2, 1, 1)
+    with pytest.raises(IndexError, match="index 7 is out of bounds"):
+        loss.item()
+    with pytest.raises(IndexError, match="index 7 is out of bounds"):
+        emb.weight.cpu()
+    unrelated = torch.ones(2, device="pjrt") * 3  # the device keeps working
+    assert unrelated.cpu().tolist() == [3.0, 3.0]

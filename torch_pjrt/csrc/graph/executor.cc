@@ -760,8 +760,11 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   if (!SyncAllowedDuringCapture(device, cause, record)) return;
   // Earlier graphs' index checks are settled before this graph runs, so nothing computed from an
   // out-of-range index is used silently; the failure is raised at this sync point. Syncs for a
-  // compiled call (before a replay) do not wait: their results inherit the checks instead.
-  bool wait_for_checks = cause != SyncCause::kCompiledCall;
+  // compiled call (before a replay) and the launch of an optimizer step's updates do not wait:
+  // their results inherit the checks instead (the updates would otherwise wait for the forward and
+  // backward launched as the step began). The next step's first launch settles them, so at most
+  // one step's checks are ever pending.
+  bool wait_for_checks = cause != SyncCause::kCompiledCall && cause != SyncCause::kOptimizerStep;
   SyncSettledDevice(device, cause, record, wait_for_checks ? ResolveIndexChecks(device) : nullptr, wait_for_checks);
 }
 
