@@ -116,7 +116,7 @@ def _launch_after_optimizer_steps():
     the end of ``optimizer.step()`` (asynchronously: nothing waits) keeps the same programs every
     step. The forward and backward launch as the step begins (also without waiting), so they run
     while the updates are traced and the updates run while the next forward is traced: the real
-    models' lazy steps, whose tracing takes as long as their execution, got 7-19% faster
+    models' lazy steps, whose tracing takes as long as their execution, got 12-22% faster
     (docs/design.md, "The optimizer step as a program of its own"). During a device-graph capture
     ``_C._launch_before_optimizer_step`` splits the region only where host kernels make up much of
     the backward.
