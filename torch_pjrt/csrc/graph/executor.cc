@@ -760,11 +760,12 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   if (!SyncAllowedDuringCapture(device, cause, record)) return;
   // Earlier graphs' index checks are settled before this graph runs, so nothing computed from an
   // out-of-range index is used silently; the failure is raised at this sync point. Syncs for a
-  // compiled call (before a replay) and the launch of an optimizer step's updates do not wait:
-  // their results inherit the checks instead (the updates would otherwise wait for the forward and
-  // backward launched as the step began). The next step's first launch settles them, so at most
-  // one step's checks are ever pending.
-  bool wait_for_checks = cause != SyncCause::kCompiledCall && cause != SyncCause::kOptimizerStep;
+  // compiled call (before a replay) do not wait: their results inherit the checks instead. Nor does
+  // the launch of an optimizer step's updates while one launch's checks are pending (the forward
+  // and backward launched as the step began, which it would otherwise wait for); the next step's
+  // first launch settles them, so at most one step's checks are pending.
+  bool wait_for_checks = cause != SyncCause::kCompiledCall &&
+                         (cause != SyncCause::kOptimizerStep || PendingIndexCheckLaunches(device) > 1);
   SyncSettledDevice(device, cause, record, wait_for_checks ? ResolveIndexChecks(device) : nullptr, wait_for_checks);
 }
 

@@ -142,6 +142,12 @@ void PropagateIndexChecks(int device, const std::vector<std::shared_ptr<runtime:
   }
 }
 
+size_t PendingIndexCheckLaunches(int device) {
+  size_t n = 0;
+  for (const LaunchedChecks& launched : Launched()) n += launched.device == device;
+  return n;
+}
+
 DeferredErrorPtr ResolveIndexChecks(int device) {
   DeferredErrorPtr first;
   std::vector<LaunchedChecks>& launched = Launched();

@@ -50,9 +50,12 @@ void ExpectIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Bu
 // Without waiting for earlier checks: a launch that read any buffer a pending check guards
 // (`read`) makes its results (`written`) guarded by that check too, so a failure found later
 // poisons them as well. Used where waiting would stall the host for nothing (torch.compile's
-// replays); reads to the host still resolve every check first. Caller holds the graph lock.
+// replays, an optimizer step's updates); reads to the host still resolve every check first. Caller holds the graph lock.
 void PropagateIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& read,
                           const std::vector<std::shared_ptr<runtime::Buffer>>& written);
+
+// How many launches on `device` have checks not yet resolved. Caller holds the graph lock.
+size_t PendingIndexCheckLaunches(int device);
 
 // Waits for the checks of graphs launched on `device` (-1: every device), poisons what failed
 // checks spoiled, and returns the first failure (null when all indices were in range). Caller
