@@ -42,17 +42,7 @@ def build(name, capturable):
     ensure_torchvision_importable()
     torch.manual_seed(0)
     builders = {**real_models.TEXT_MODELS, **real_models.VISION_MODELS}
-    model, batch, loss_fn = builders[name]("pjrt")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=capturable)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model, *batch)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return step
+    return real_models.adamw_training_step(builders[name]("pjrt"), capturable)
 
 
 def alternate(steps, blocks, per_block):

@@ -57,17 +57,7 @@ def build(name, device):
     builders = {**real_models.TEXT_MODELS, **real_models.VISION_MODELS, **real_models.PLAIN_MODELS,
                 "gpt_example": gpt_example}
     torch.manual_seed(0)
-    model, batch, loss_fn = builders[name](device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model, *batch)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return step
+    return real_models.adamw_training_step(builders[name](device))
 
 
 def run_variant(variant, steps, n, times=None):

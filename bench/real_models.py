@@ -142,3 +142,19 @@ TEXT_MODELS: Dict[str, Callable[..., Built]] = {"gpt2": gpt2, "bert": bert, "lla
 VISION_MODELS: Dict[str, Callable[..., Built]] = {"resnet18": resnet18, "vit_tiny": vit_tiny,
                                                   "mobilenetv3": mobilenetv3}
 PLAIN_MODELS: Dict[str, Callable[..., Built]] = {"lstm": lstm}
+
+
+def adamw_training_step(built: Built, capturable=False) -> Callable[[], torch.Tensor]:
+    """The benchmarks' training step over a built model: AdamW (lr 1e-3), gradients set to None,
+    forward, backward, update; returns the loss without reading it."""
+    model, batch, loss_fn = built
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=capturable)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model, *batch)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
