@@ -182,6 +182,16 @@ def test_a_repeated_bad_read_raises_its_own_error_at_its_own_read():
     same(d + 1, torch.arange(5.0) + 1)
 
 
+def test_a_check_names_the_users_line_past_torchs_own_frames():
+    # F.embedding traces index_select from torch/nn/functional.py: the message skips torch's
+    # frames (and torch_pjrt's) and names the caller's line.
+    weight = torch.randn(5, 3, device="pjrt")
+    bad = torch.tensor([9], device="pjrt")
+    result, line = torch.nn.functional.embedding(bad, weight), inspect.currentframe().f_lineno
+    with pytest.raises(IndexError, match=f"traced at {__file__}:{line} in test_a_check_names"):
+        result.cpu()
+
+
 def test_max_unpool_indices_outside_the_output_plane_raise():
     # They were dropped (the scatter ignored them); CPU raises "Found an invalid max index".
     y = torch.ones(1, 1, 2, 2)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from typing import Any, Dict, List, Optional, Union
 
 import torch
@@ -400,22 +399,9 @@ def set_max_pending_nodes(n: int) -> None:
 
 # ---------------------------------------------------------------------------------- internals
 
-def _user_frame() -> str:
-    """The innermost stack frame outside torch and torch_pjrt: who traced or forced this.
-
-    Called from C++ on any thread, including the autograd engine's, which has no Python frames
-    at all: then it says so. Never raises (it only feeds messages)."""
-    skip = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
-    frame = sys._getframe(0)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(skip) and not filename.startswith("<frozen"):
-            return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back
-    return "<no user frame: a C++ thread such as the autograd engine's>"
-
-
-_C._set_source_location_provider(_user_frame)
+# Check errors and compile logs name the innermost frame outside these directories (see
+# csrc/python/user_frame.cc).
+_C._set_source_location_skip([os.path.dirname(torch.__file__), os.path.dirname(__file__), "<frozen"])
 
 
 def _shutdown() -> None:

@@ -28,6 +28,7 @@ void RegisterHooks();
 }
 void BindCapture(py::module& m);  // capture_bindings.cc
 void BindDistributed(py::module& m);  // distributed_bindings.cc
+void BindUserFrame(py::module& m);  // user_frame.cc
 std::shared_ptr<runtime::KeyValueStore> KeyValueStoreFromPython(py::handle store);  // same file
 
 namespace {
@@ -310,17 +311,6 @@ PYBIND11_MODULE(_C, m) {
     graph::GraphLock lock;
     graph::Debug().dump_dir = dir;
   });
-  m.def("_set_source_location_provider", [](py::object fn) {
-    auto shared = std::make_shared<py::object>(std::move(fn));
-    graph::SetSourceLocationProvider([shared]() -> std::string {
-      py::gil_scoped_acquire gil;
-      try {
-        return (*shared)().cast<std::string>();
-      } catch (const py::error_already_set&) {
-        return "";  // a debugging aid never changes behaviour
-      }
-    });
-  });
   m.def("_max_pending_nodes", [] {
     graph::GraphLock lock;
     return graph::MaxPendingNodes();
@@ -375,6 +365,7 @@ PYBIND11_MODULE(_C, m) {
   });
   BindCapture(m);
   BindDistributed(m);
+  BindUserFrame(m);
   m.def("_shutdown", [] {
     py::gil_scoped_release no_gil;
     Shutdown();
