@@ -1,4 +1,5 @@
-// The one boxed PrivateUse1 kernel behind every op that has a lowering (design decision 2).
+// The one PrivateUse1 kernel behind every op that has a lowering (design decision 2), boxed, with
+// an unboxed entry for functional ops of tensors and Scalars (UnboxedLoweredKernel).
 // It records a node instead of computing: output shapes and dtypes come from the op's Meta kernel
 // (memoized per input signature), non-tensor arguments become node attributes, value scalars
 // become 0-d graph inputs, and in-place / out= variants write the functional result back into
@@ -608,32 +609,45 @@ bool ValueCheckApplies(const lowering::ValueArgSpec& spec, c10::ArrayRef<c10::IV
   return args[a].toScalar().toDouble() == args[b].toScalar().toDouble();
 }
 
-class LoweredKernel final : public c10::OperatorKernel {
+using Returns = c10::SmallVector<c10::IValue, 2>;  // inline: most ops return one or two tensors
+
+// How TraceArgs handled a call. The two fallbacks run on the caller's stack.
+enum class Traced { kTraced, kIntegerIndices, kNoStaticShape };
+
+// One per op (and variant): its signature, and the tracing both its boxed and unboxed kernels run.
+class LoweredKernel {
  public:
   explicit LoweredKernel(OpSignature sig) : sig_(std::move(sig)) {}
 
-  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-    WithTorchErrors([&] { Trace(op, stack); });
+  const OpSignature& signature() const { return sig_; }
+
+  void TraceBoxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    if (sig_.dtype_from_out >= 0) TakeDtypeFromOut(sig_, stack);
+    Returns returns;
+    switch (TraceArgs(torch::jit::last(*stack, sig_.num_args), &returns)) {
+      case Traced::kIntegerIndices:
+        RunWithIntegerIndices(op, stack, sig_.num_args);  // masks become coordinates on the device
+        return;
+      case Traced::kNoStaticShape:
+        RunCpuFallback(op, stack, "has no static result shape for these arguments (e.g. a boolean mask)");
+        return;
+      case Traced::kTraced:
+        break;
+    }
+    torch::jit::drop(*stack, sig_.num_args);
+    for (c10::IValue& r : returns) stack->push_back(std::move(r));
   }
 
- private:
-  void Trace(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // Records the call on `args` (which it only reads) and makes its results.
+  Traced TraceArgs(c10::ArrayRef<c10::IValue> args, Returns* out) {
     const OpSignature& sig = sig_;
-    if (sig.dtype_from_out >= 0) TakeDtypeFromOut(sig, stack);
-    c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, sig.num_args);
     int device = FindDevice(sig, args);
-    if (sig.integer_indices_only && HasMaskIndices(args)) {
-      RunWithIntegerIndices(op, stack, sig.num_args);  // masks become coordinates on the device
-      return;
-    }
+    if (sig.integer_indices_only && HasMaskIndices(args)) return Traced::kIntegerIndices;
     MetaCache::Entry meta_entry = CachedMeta(sig, args);
     // CPU's order (TensorIterator's): overlap, then shapes, then dtypes. Overlap before the CPU
     // path too: it runs on CPU copies, which no longer alias each other.
     if (auto refusal = CpuOverlapRefusal(sig, args)) refusal->Raise();
-    if (!*meta_entry) {
-      RunCpuFallback(op, stack, "has no static result shape for these arguments (e.g. a boolean mask)");
-      return;
-    }
+    if (!*meta_entry) return Traced::kNoStaticShape;
     const MetaResult& meta = **meta_entry;
     CheckReadWriteKeepsShapes(sig, args, meta);
     if (meta.cpu_refusal) meta.cpu_refusal->Raise();
@@ -730,7 +744,7 @@ class LoweredKernel final : public c10::OperatorKernel {
       WriteValue(t, Coerce(values[meta.outputs.size() + k], ToElementType(t.scalar_type()), t.sizes(), device));
     }
 
-    c10::SmallVector<c10::IValue, 2> returns;  // inline: most ops return one or two tensors
+    Returns returns;
     switch (sig.variant) {
       case Variant::kFunctional: {
         auto result = [&](size_t j) {
@@ -786,13 +800,111 @@ class LoweredKernel final : public c10::OperatorKernel {
         break;
       }
     }
-    torch::jit::drop(*stack, sig.num_args);
-    for (c10::IValue& r : returns) stack->push_back(std::move(r));
+    *out = std::move(returns);
     if (graph::TraceTooLarge(device)) graph::SyncDevice(device, graph::SyncCause::kGraphTooLarge);
+    return Traced::kTraced;
   }
 
+ private:
   OpSignature sig_;
 };
+
+class BoxedLoweredKernel final : public c10::OperatorKernel {
+ public:
+  explicit BoxedLoweredKernel(std::shared_ptr<LoweredKernel> kernel) : kernel_(std::move(kernel)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    WithTorchErrors([&] { kernel_->TraceBoxed(op, stack); });
+  }
+
+ private:
+  std::shared_ptr<LoweredKernel> kernel_;
+};
+
+// Tensor arguments the traced call reads without owning them. A stack the dispatcher boxes holds
+// a reference to each tensor, and for a tensor Python also holds (every activation a module passes
+// on) taking it (C++ refcount 1 -> 2) increfs the PyObject and dropping it decrefs it, each under
+// the GIL, which torch's binding released: 9% of the 1000-op tracing loop's time, two GIL hand-offs
+// per tensor per op. The borrowed IValues are released, never dropped, whatever TraceArgs does.
+class BorrowedArgs {
+ public:
+  template <class... Args>
+  explicit BorrowedArgs(const Args&... args) {
+    (values_.push_back(Borrow(args)), ...);
+  }
+  ~BorrowedArgs() {
+    for (c10::IValue& v : values_) {
+      if (v.isTensor()) std::move(v).toTensor().unsafeReleaseTensorImpl();
+    }
+  }
+  BorrowedArgs(const BorrowedArgs&) = delete;
+  BorrowedArgs& operator=(const BorrowedArgs&) = delete;
+  c10::ArrayRef<c10::IValue> values() const { return values_; }
+
+ private:
+  static c10::IValue Borrow(const at::Tensor& t) {
+    return c10::IValue(at::Tensor(
+        c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim(t.unsafeGetTensorImpl())));
+  }
+  static c10::IValue Borrow(const c10::Scalar& s) { return c10::IValue(s); }
+
+  c10::SmallVector<c10::IValue, 3> values_;
+};
+
+// The unboxed kernel of a functional op whose arguments are tensors and Scalars and whose result is
+// one tensor (mul.Tensor, add.Tensor, neg, pow.Tensor_Scalar, mm, ...): the dispatcher calls it
+// without boxing. Boxed callers get torch's unboxing wrapper around it. Calls that need a stack of
+// their own (a CPU fallback) box their arguments and take the boxed path.
+template <class... Args>
+class UnboxedLoweredKernel {
+ public:
+  UnboxedLoweredKernel(std::shared_ptr<LoweredKernel> kernel, c10::OperatorHandle op)
+      : kernel_(std::move(kernel)), op_(std::move(op)) {}
+
+  at::Tensor operator()(Args... args) const {
+    return WithTorchErrors([&] {
+      Returns returns;
+      {
+        BorrowedArgs borrowed(args...);
+        if (kernel_->TraceArgs(borrowed.values(), &returns) == Traced::kTraced) return std::move(returns[0]).toTensor();
+      }
+      torch::jit::Stack stack{c10::IValue(args)...};
+      kernel_->TraceBoxed(op_, &stack);
+      return std::move(stack.back()).toTensor();
+    });
+  }
+
+ private:
+  std::shared_ptr<LoweredKernel> kernel_;
+  c10::OperatorHandle op_;
+};
+
+// 'T' for a tensor argument, 'S' for a Scalar, '?' for anything else (an aliased tensor too).
+char ArgLetter(const c10::Argument& a) {
+  if (a.alias_info()) return '?';
+  if (a.type()->kind() == c10::TypeKind::TensorType) return 'T';
+  if (a.type()->kind() == c10::TypeKind::NumberType) return 'S';
+  return '?';
+}
+
+// The unboxed kernel for `op` where its schema is one of the shapes UnboxedLoweredKernel is
+// instantiated for; otherwise the boxed kernel.
+torch::CppFunction KernelFor(const c10::OperatorHandle& op, std::shared_ptr<LoweredKernel> kernel) {
+  const c10::FunctionSchema& s = op.schema();
+  std::string kinds;
+  for (const c10::Argument& a : s.arguments()) kinds += ArgLetter(a);
+  bool one_tensor = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::TensorType &&
+                    !s.returns()[0].alias_info();
+  bool unboxed = one_tensor && kernel->signature().variant == Variant::kFunctional;
+  using T = const at::Tensor&;
+  using S = const c10::Scalar&;
+  if (unboxed && kinds == "T") return torch::CppFunction(UnboxedLoweredKernel<T>(kernel, op));
+  if (unboxed && kinds == "TT") return torch::CppFunction(UnboxedLoweredKernel<T, T>(kernel, op));
+  if (unboxed && kinds == "TS") return torch::CppFunction(UnboxedLoweredKernel<T, S>(kernel, op));
+  if (unboxed && kinds == "TTS") return torch::CppFunction(UnboxedLoweredKernel<T, T, S>(kernel, op));
+  if (unboxed && kinds == "TSS") return torch::CppFunction(UnboxedLoweredKernel<T, S, S>(kernel, op));
+  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BoxedLoweredKernel>(std::move(kernel)));
+}
 
 }  // namespace
 
@@ -824,8 +936,8 @@ std::vector<std::string> RegisterLoweredKernels() {
     for (const c10::OperatorHandle& op : ops) {
       const c10::FunctionSchema& s = op.schema();
       std::string qualified = s.name().substr(6) + (s.overload_name().empty() ? "" : "." + s.overload_name());
-      library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<LoweredKernel>(
-                                           MakeSignature(op, *functional, static_cast<int>(i)))));
+      auto kernel = std::make_shared<LoweredKernel>(MakeSignature(op, *functional, static_cast<int>(i)));
+      library->impl(qualified.c_str(), KernelFor(op, std::move(kernel)));
     }
   }
   return missing;
