@@ -1,6 +1,6 @@
 """The generic kernel's unboxed entry (aten/lowered_kernel.cc, UnboxedLoweredKernel): functional ops
-of tensors and Scalars returning one tensor are traced on arguments they borrow, so a tensor Python
-holds is neither kept alive nor released by the call."""
+returning one tensor, with the commonest argument shapes, are traced on arguments they borrow, so
+a tensor Python holds is neither kept alive nor released by the call."""
 import gc
 import sys
 import weakref
@@ -12,7 +12,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from helpers import Counters
 
 HOT = ["aten::mul.Tensor", "aten::add.Tensor", "aten::sub.Tensor", "aten::div.Tensor", "aten::neg",
-       "aten::mm", "aten::pow.Tensor_Scalar", "aten::rsqrt"]
+       "aten::mm", "aten::pow.Tensor_Scalar", "aten::rsqrt", "aten::addmm", "aten::_softmax",
+       "aten::_softmax_backward_data", "aten::mean.dim", "aten::sum.dim_IntList", "aten::glu",
+       "aten::lerp.Tensor", "aten::gelu", "aten::gelu_backward"]
 
 
 def pjrt_kernel_line(op):
@@ -33,7 +35,10 @@ def test_in_place_and_out_variants_stay_boxed():
 
 
 def every_unboxed_form(x, y):
-    return [x * y, x + y, x - y, torch.neg(x), torch.mm(x, y), x.pow(2.0), x.add(1.5, alpha=2), x * 0.5]
+    return [x * y, x + y, x - y, torch.neg(x), torch.mm(x, y), x.pow(2.0), x.add(1.5, alpha=2), x * 0.5,
+            torch.addmm(x, x, y, beta=0.5), torch.softmax(x, -1), x.mean(1, keepdim=True),
+            x.sum((0, 1), dtype=torch.float64), torch.nn.functional.glu(torch.cat([x, y]), 0), torch.lerp(x, y, x),
+            torch.nn.functional.gelu(x, approximate="tanh")]
 
 
 def test_results_match_cpu_and_the_native_path_ran():
@@ -74,6 +79,16 @@ def test_a_failing_call_releases_nothing():
             a + b
     assert (sys.getrefcount(a), sys.getrefcount(b)) == before
     torch.testing.assert_close((a + 1).cpu(), a.cpu() + 1)
+
+
+def test_softmax_backward_matches_cpu():
+    # _softmax_backward_data (tensors, an int and a ScalarType) runs in the autograd engine.
+    x = torch.randn(4, 5)
+    xp = x.to("pjrt").requires_grad_()
+    x.requires_grad_()
+    (torch.softmax(xp, -1) * torch.arange(5.0, device="pjrt")).sum().backward()
+    (torch.softmax(x, -1) * torch.arange(5.0)).sum().backward()
+    torch.testing.assert_close(xp.grad.cpu(), x.grad)
 
 
 def test_boxed_callers_reach_the_same_kernel():

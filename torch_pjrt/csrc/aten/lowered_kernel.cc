@@ -1,5 +1,5 @@
 // The one PrivateUse1 kernel behind every op that has a lowering (design decision 2), boxed, with
-// an unboxed entry for functional ops of tensors and Scalars (UnboxedLoweredKernel).
+// an unboxed entry for the commonest functional signatures (UnboxedLoweredKernel).
 // It records a node instead of computing: output shapes and dtypes come from the op's Meta kernel
 // (memoized per input signature), non-tensor arguments become node attributes, value scalars
 // become 0-d graph inputs, and in-place / out= variants write the functional result back into
@@ -846,14 +846,17 @@ class BorrowedArgs {
     return c10::IValue(at::Tensor(
         c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim(t.unsafeGetTensorImpl())));
   }
-  static c10::IValue Borrow(const c10::Scalar& s) { return c10::IValue(s); }
+  template <class A>
+  static c10::IValue Borrow(const A& a) {  // not a tensor: boxed as the dispatcher boxes it
+    return c10::IValue(a);
+  }
 
-  c10::SmallVector<c10::IValue, 3> values_;
+  c10::SmallVector<c10::IValue, 5> values_;
 };
 
-// The unboxed kernel of a functional op whose arguments are tensors and Scalars and whose result is
-// one tensor (mul.Tensor, add.Tensor, neg, pow.Tensor_Scalar, mm, ...): the dispatcher calls it
-// without boxing. Boxed callers get torch's unboxing wrapper around it. Calls that need a stack of
+// The unboxed kernel of a functional op returning one tensor whose arguments have one of
+// UnboxedShapes() (mul.Tensor, add.Tensor, neg, mm, addmm, _softmax, mean.dim, ...): the dispatcher
+// calls it without boxing. Boxed callers get torch's unboxing wrapper around it. Calls that need a stack of
 // their own (a CPU fallback) box their arguments and take the boxed path.
 template <class... Args>
 class UnboxedLoweredKernel {
@@ -879,30 +882,76 @@ class UnboxedLoweredKernel {
   c10::OperatorHandle op_;
 };
 
-// 'T' for a tensor argument, 'S' for a Scalar, '?' for anything else (an aliased tensor too).
+// One letter per schema argument type the unboxed entry takes: T Tensor, S Scalar, i int, b bool,
+// O int[]?, D ScalarType?, d ScalarType, r str; '?' for anything else (an aliased tensor, a SymInt).
 char ArgLetter(const c10::Argument& a) {
   if (a.alias_info()) return '?';
-  if (a.type()->kind() == c10::TypeKind::TensorType) return 'T';
-  if (a.type()->kind() == c10::TypeKind::NumberType) return 'S';
-  return '?';
+  const c10::TypePtr& t = a.real_type();
+  switch (t->kind()) {
+    case c10::TypeKind::TensorType: return 'T';
+    case c10::TypeKind::NumberType: return 'S';
+    case c10::TypeKind::IntType: return 'i';
+    case c10::TypeKind::BoolType: return 'b';
+    case c10::TypeKind::ScalarTypeType: return 'd';
+    case c10::TypeKind::StringType: return 'r';
+    case c10::TypeKind::OptionalType: {
+      const c10::TypePtr& e = t->expectRef<c10::OptionalType>().getElementType();
+      if (e->kind() == c10::TypeKind::ScalarTypeType) return 'D';
+      if (e->kind() == c10::TypeKind::ListType &&
+          e->expectRef<c10::ListType>().getElementType()->kind() == c10::TypeKind::IntType) {
+        return 'O';
+      }
+      return '?';
+    }
+    default: return '?';
+  }
 }
 
-// The unboxed kernel for `op` where its schema is one of the shapes UnboxedLoweredKernel is
-// instantiated for; otherwise the boxed kernel.
-torch::CppFunction KernelFor(const c10::OperatorHandle& op, std::shared_ptr<LoweredKernel> kernel) {
-  const c10::FunctionSchema& s = op.schema();
-  std::string kinds;
-  for (const c10::Argument& a : s.arguments()) kinds += ArgLetter(a);
-  bool one_tensor = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::TensorType &&
-                    !s.returns()[0].alias_info();
-  bool unboxed = one_tensor && kernel->signature().variant == Variant::kFunctional;
+template <class... Args>
+torch::CppFunction MakeUnboxed(std::shared_ptr<LoweredKernel> kernel, const c10::OperatorHandle& op) {
+  return torch::CppFunction(UnboxedLoweredKernel<Args...>(std::move(kernel), op));
+}
+
+using UnboxedMaker = torch::CppFunction (*)(std::shared_ptr<LoweredKernel>, const c10::OperatorHandle&);
+
+// The argument shapes with an unboxed entry, by ArgLetter: the elementwise ops, matmuls, Linear's
+// addmm, softmax and its backward, reductions over dims, masked_fill / where / lerp, gelu.
+const std::unordered_map<std::string, UnboxedMaker>& UnboxedShapes() {
   using T = const at::Tensor&;
   using S = const c10::Scalar&;
-  if (unboxed && kinds == "T") return torch::CppFunction(UnboxedLoweredKernel<T>(kernel, op));
-  if (unboxed && kinds == "TT") return torch::CppFunction(UnboxedLoweredKernel<T, T>(kernel, op));
-  if (unboxed && kinds == "TS") return torch::CppFunction(UnboxedLoweredKernel<T, S>(kernel, op));
-  if (unboxed && kinds == "TTS") return torch::CppFunction(UnboxedLoweredKernel<T, T, S>(kernel, op));
-  if (unboxed && kinds == "TSS") return torch::CppFunction(UnboxedLoweredKernel<T, S, S>(kernel, op));
+  using O = at::OptionalIntArrayRef;
+  using D = std::optional<at::ScalarType>;
+  static const auto* shapes = new std::unordered_map<std::string, UnboxedMaker>{
+      {"T", &MakeUnboxed<T>},
+      {"TT", &MakeUnboxed<T, T>},
+      {"TS", &MakeUnboxed<T, S>},
+      {"TTS", &MakeUnboxed<T, T, S>},
+      {"TSS", &MakeUnboxed<T, S, S>},
+      {"TTT", &MakeUnboxed<T, T, T>},
+      {"TTTSS", &MakeUnboxed<T, T, T, S, S>},
+      {"Ti", &MakeUnboxed<T, int64_t>},
+      {"TTi", &MakeUnboxed<T, T, int64_t>},
+      {"Tib", &MakeUnboxed<T, int64_t, bool>},
+      {"TTid", &MakeUnboxed<T, T, int64_t, at::ScalarType>},
+      {"TObD", &MakeUnboxed<T, O, bool, D>},
+      {"Tr", &MakeUnboxed<T, c10::string_view>},
+      {"TTr", &MakeUnboxed<T, T, c10::string_view>},
+  };
+  return *shapes;
+}
+
+// The unboxed entry for `op` where it is functional, returns one tensor and its arguments have one
+// of UnboxedShapes(); otherwise the boxed kernel.
+torch::CppFunction KernelFor(const c10::OperatorHandle& op, std::shared_ptr<LoweredKernel> kernel) {
+  const c10::FunctionSchema& s = op.schema();
+  bool one_tensor = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::TensorType &&
+                    !s.returns()[0].alias_info();
+  if (one_tensor && kernel->signature().variant == Variant::kFunctional) {
+    std::string letters;
+    for (const c10::Argument& a : s.arguments()) letters += ArgLetter(a);
+    auto shape = UnboxedShapes().find(letters);
+    if (shape != UnboxedShapes().end()) return shape->second(std::move(kernel), op);
+  }
   return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BoxedLoweredKernel>(std::move(kernel)));
 }
 
