@@ -69,6 +69,11 @@ class Counters:
         return False
 
     def __getitem__(self, name):
+        # A plain name is one of the fixed counters, always present: a misspelt one must fail the
+        # test rather than read 0 (c["CpuFallbacks"] did). Names with "::" (syncs per cause,
+        # fallbacks per op, ...) appear once they first move.
+        if "::" not in name and name not in self.after:
+            raise KeyError(f"no counter named {name!r}; counters: {sorted(self.after)}")
         return self.after.get(name, 0) - self.before.get(name, 0)
 
 
