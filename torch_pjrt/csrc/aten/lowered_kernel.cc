@@ -744,7 +744,7 @@ class LoweredKernel {
       WriteValue(t, Coerce(values[meta.outputs.size() + k], ToElementType(t.scalar_type()), t.sizes(), device));
     }
 
-    Returns returns;
+    Returns& returns = *out;
     switch (sig.variant) {
       case Variant::kFunctional: {
         auto result = [&](size_t j) {
@@ -800,7 +800,6 @@ class LoweredKernel {
         break;
       }
     }
-    *out = std::move(returns);
     if (graph::TraceTooLarge(device)) graph::SyncDevice(device, graph::SyncCause::kGraphTooLarge);
     return Traced::kTraced;
   }

@@ -50,7 +50,8 @@ void ExpectIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Bu
 // Without waiting for earlier checks: a launch that read any buffer a pending check guards
 // (`read`) makes its results (`written`) guarded by that check too, so a failure found later
 // poisons them as well. Used where waiting would stall the host for nothing (torch.compile's
-// replays, an optimizer step's updates); reads to the host still resolve every check first. Caller holds the graph lock.
+// replays, an optimizer step's updates); reads to the host still resolve every check first.
+// Caller holds the graph lock.
 void PropagateIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& read,
                           const std::vector<std::shared_ptr<runtime::Buffer>>& written);
 
