@@ -3,8 +3,10 @@
     .venv/bin/python bench/run.py [--skip-inductor]
 
 Every workload runs in a fresh process per backend (pjrt lazy, pjrt with
-torch.compile(backend="pjrt"), pjrt with torch.accelerator.Graph, CPU eager, torch.compile/inductor on the CPU) with a fresh, empty compile cache, so first-step times include compilation. Ratios are
-against CPU eager from the same run.
+torch.compile(backend="pjrt"), pjrt with torch.accelerator.Graph, CPU eager, torch.compile/inductor
+on the CPU) with a fresh, empty compile cache, so first-step times include compilation; each twice,
+in two rounds, rates and times the better of the two (`BEST_OF_TWO`). Ratios are against CPU eager
+from the same run.
 """
 
 import argparse
@@ -99,6 +101,20 @@ ROWS = [
 ]
 
 
+# Rates and per-op or per-step times are the better of two processes, one in each of two rounds
+# over all workloads: this machine is shared, and a neighbour's burst can slow one process by
+# half. First steps, peak RSS and counts are the first process's.
+BEST_OF_TWO = {"steps_per_s": max, "images_per_s": max, "gflops": max, "us_per_op_trace": min,
+               "us_per_op_total": min, "us_per_call_total": min, "host_ms_per_step": min,
+               "host_cpu_ms_per_step": min}
+
+
+def keep_better_rates(first, second):
+    for key, better in BEST_OF_TWO.items():
+        if key in first and key in second:
+            first[key] = better(first[key], second[key])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-inductor", action="store_true")
@@ -109,6 +125,9 @@ def main():
     for workload in WORKLOADS:
         results[workload] = {b: run_workload(workload, b) for b in backends}
         print(workload, json.dumps(results[workload]), flush=True)
+    for workload in WORKLOADS:  # the second round, after all of the first (see BEST_OF_TWO)
+        for b in backends:
+            keep_better_rates(results[workload][b], run_workload(workload, b))
     results["import"] = {"without_torch_pjrt_s": import_time(False), "with_torch_pjrt_s": import_time(True)}
     print("import", results["import"], flush=True)
     results["first_op"] = {device: first_op_time(device) for device in ("pjrt", "cpu")}
@@ -123,8 +142,9 @@ def main():
         "# torch_pjrt benchmarks",
         "",
         f"Produced by `.venv/bin/python bench/run.py` on {r['date']} ({r['machine']}, Python {r['python']}).",
-        "Each number comes from its own fresh process with an empty compile cache; ratios are against",
-        "CPU eager from the same run. `pjrt compiled` is torch.compile(backend=\"pjrt\") on the pjrt",
+        "Each workload runs in its own fresh process with an empty compile cache, twice (in two rounds",
+        "over all workloads): rates and per-op or per-step times are the better of the two processes',",
+        "first steps and peak RSS the first's. Ratios are against CPU eager from the same run. `pjrt compiled` is torch.compile(backend=\"pjrt\") on the pjrt",
         "device (each graph traced once, then replayed); `pjrt graph` is torch.accelerator.Graph (the",
         "whole step captured once after two lazy warm-up steps, then replayed: bench/graph_replay.py);",
         "`inductor` is torch.compile on the CPU.",
