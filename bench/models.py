@@ -9,11 +9,11 @@ torch.accelerator.Graph: the step captured once after two lazy warm-up steps, th
     .venv/bin/python bench/models.py                  # writes bench/models_results.md and .json
     .venv/bin/python bench/models.py --only gpt2 resnet18 --skip-inductor --steps 8
 
-Each (model, mode, backend) runs in two processes, the backends interleaved: the first with empty
-compile caches (pjrt's and inductor's), the second on the caches the first filled. Reported:
-steps/s (median over the steps after the first three, the better of the two processes'), the first
-two steps' times (compiles) and peak RSS of the first process, the second's first step for pjrt,
-and for pjrt the executions per step after warm-up and the CPU fallbacks.
+Each (model, mode, backend) runs in `--rounds` processes (default 2), the backends interleaved: the
+first with empty compile caches (pjrt's and inductor's), the others on the caches the first
+filled. Reported: steps/s (median over the steps after the first three, the best of the
+processes'), the first two steps' times (compiles) and peak RSS of the first process, the second's
+first step for pjrt, and for pjrt the executions per step after warm-up and the CPU fallbacks.
 `inductor` is torch.compile on the CPU of the model for training (the optimizer runs eagerly) and
 of the whole inference step, like `pjrt-compiled`. Ratios are against CPU eager from the same
 run; machines differ, so compare ratios, not times, across runs.
@@ -111,28 +111,29 @@ def measure(backend, name, mode, steps):
     print(json.dumps(out))
 
 
-def run_job(name, mode, backends, steps):
-    """Every backend of one (model, mode), each in two rounds of fresh processes: the first on an
-    empty compile cache, the second on the cache its first filled (for pjrt, the cached first
-    step). Steps/s is the better of the two processes' medians: on this shared 2-core machine a
+def run_job(name, mode, backends, steps, rounds):
+    """Every backend of one (model, mode), each in `rounds` rounds of fresh processes: the first on
+    an empty compile cache, the later ones on the cache the first filled (for pjrt, the cached
+    first step). Steps/s is the best of the processes' medians: on this shared 2-core machine a
     neighbour's burst can slow one process by half, and the rounds interleave the backends so that
-    one slow stretch does not fall on both runs of one backend. Everything else is the first
+    one slow stretch does not fall on every run of one backend. Everything else is the first
     process's (compiles on an empty cache, peak RSS)."""
     with tempfile.TemporaryDirectory() as root:
         caches = {b: os.path.join(root, b) for b in backends}
         first = {b: _child(b, name, mode, steps, caches[b]) for b in backends}
-        for backend in backends:
-            if "error" not in first[backend]:
-                merge_second_run(first[backend], _child(backend, name, mode, steps, caches[backend]), backend)
+        for _ in range(rounds - 1):
+            for backend in backends:
+                if "error" not in first[backend]:
+                    merge_later_run(first[backend], _child(backend, name, mode, steps, caches[backend]), backend)
     return first
 
 
-def merge_second_run(result, again, backend):
+def merge_later_run(result, again, backend):
     if "steps_per_s" not in again:
         return
-    result["steps_per_s_runs"] = [result["steps_per_s"], again["steps_per_s"]]
+    result.setdefault("steps_per_s_runs", [result["steps_per_s"]]).append(again["steps_per_s"])
     result["steps_per_s"] = max(result["steps_per_s_runs"])
-    if backend.startswith("pjrt"):
+    if backend.startswith("pjrt") and "cached_first_step_s" not in result:
         result["cached_first_step_s"] = again["first_steps_s"][0]
 
 
@@ -155,9 +156,9 @@ def table(results, args):
         "# Real-model benchmark",
         "",
         f"Produced by `.venv/bin/python bench/models.py` on {date.today()} ({platform.machine()}, "
-        f"{os.cpu_count()} cores), {args.steps} steps per run, each backend in two processes: the first "
-        "with an empty compile cache, the second on the cache the first filled (the cached column), the backends' "
-        "runs interleaved. Steps/s is the median over steps 4 and later, the better of the two processes' (this "
+        f"{os.cpu_count()} cores), {args.steps} steps per run, each backend in {args.rounds} processes: the first "
+        "with an empty compile cache, the others on the cache the first filled (the second gives the cached column), "
+        "the backends' runs interleaved. Steps/s is the median over steps 4 and later, the best of the processes' (this "
         "machine is shared: a neighbour's load can slow one process by half); compile times and peak RSS are the "
         "first process's. `/ eager` is the ratio to CPU "
         "eager in this run; `inductor` is torch.compile(model) on the CPU (for inference, the whole step: "
@@ -274,6 +275,7 @@ def main():
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--only", nargs="*", help="model names (default: all)")
     parser.add_argument("--skip-inductor", action="store_true")
+    parser.add_argument("--rounds", type=int, default=2, help="processes per backend; steps/s is their best")
     args = parser.parse_args()
     if args.child:
         measure(*args.child, args.steps)
@@ -284,7 +286,7 @@ def main():
     # --only re-measures the named models and keeps the other rows of the last full run.
     results = earlier_results() if args.only else {}
     for name, mode in jobs:
-        for backend, r in run_job(name, mode, backends, args.steps).items():
+        for backend, r in run_job(name, mode, backends, args.steps, args.rounds).items():
             results[(name, mode, backend)] = dict(r, measured=datetime.now().isoformat(sep=" ", timespec="minutes"))
             print(name, mode, backend, r, flush=True)
     (ROOT / "models_results.json").write_text(json.dumps(
