@@ -34,15 +34,19 @@ def run_workload(workload, backend, env=None):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def import_time(autoload, runs=9):
-    """Wall time of `python -c "import torch"`; autoload=0 is torch without torch_pjrt."""
-    times = []
-    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="1" if autoload else "0")
+def import_times(runs=9):
+    """Wall time of `python -c "import torch"` without torch_pjrt (autoload off) and with it, the
+    median of `runs` each, the two alternating so that a slow stretch of this shared machine
+    falls on both."""
     code = "import time; t=time.perf_counter(); import torch; print(time.perf_counter()-t)"
+    times = {False: [], True: []}
     for _ in range(runs):
-        out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, check=True)
-        times.append(float(out.stdout.strip()))
-    return statistics.median(times)
+        for autoload in times:
+            env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="1" if autoload else "0")
+            out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, check=True)
+            times[autoload].append(float(out.stdout.strip()))
+    return {"without_torch_pjrt_s": statistics.median(times[False]),
+            "with_torch_pjrt_s": statistics.median(times[True])}
 
 
 FIRST_OP = """
@@ -128,7 +132,7 @@ def main():
     for workload in WORKLOADS:  # the second round, after all of the first (see BEST_OF_TWO)
         for b in backends:
             keep_better_rates(results[workload][b], run_workload(workload, b))
-    results["import"] = {"without_torch_pjrt_s": import_time(False), "with_torch_pjrt_s": import_time(True)}
+    results["import"] = import_times()
     print("import", results["import"], flush=True)
     results["first_op"] = {device: first_op_time(device) for device in ("pjrt", "cpu")}
     print("first op", results["first_op"], flush=True)
