@@ -2,6 +2,8 @@
 fused (`_fused_adam_`...) kernels are lowered as one node per call, hyperparameters are values
 (a learning-rate schedule never recompiles), parameters and state update in place through
 donation, and results match the CPU."""
+import re
+
 import pytest
 import torch
 
@@ -76,6 +78,9 @@ FOREACH_CASES = {
     "div.List": lambda a, b: torch._foreach_div(a, b),
     "sub.Scalar_": lambda a, b: (torch._foreach_sub_(a, 0.25), a)[1],
     "addcmul_.ScalarList": lambda a, b: (torch._foreach_addcmul_(a, b, b, [0.1, 0.2, 0.3]), a)[1],
+    "addcdiv_.ScalarList.equal": lambda a, b: (torch._foreach_addcdiv_(a, b, b, [-0.25] * 3), a)[1],
+    "div_.ScalarList.signed_zeros": lambda a, b: (torch._foreach_div_(a, [0.0, -0.0, 0.0]), a)[1],
+    "add.ScalarList.int_and_float": lambda a, b: torch._foreach_add(a, [2, 2.0, 2]),
     "addcdiv.Scalar": lambda a, b: torch._foreach_addcdiv(a, b, b, 0.5),
     "lerp.Scalar": lambda a, b: torch._foreach_lerp(a, b, 0.3),
     "lerp.List": lambda a, b: torch._foreach_lerp(a, b, b),
@@ -114,6 +119,43 @@ def test_foreach_op_matches_cpu(case, dtype):
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-6)
     for x, y in zip(got, want):
         torch.testing.assert_close(x, y, **tol)
+
+
+def value_scalars_read(tmp_path, scalars, steps=1):
+    """How many value scalars the program of `_foreach_mul_(four tensors, scalars)` reads (the
+    length of its packed value-scalar parameter), and the tensors after `steps` such steps."""
+    tensors = [torch.full((3, 5), 2.0).to("pjrt") for _ in range(4)]
+    torch.pjrt.set_dump_dir(tmp_path)
+    try:
+        for _ in range(steps):
+            torch._foreach_mul_(tensors, scalars)
+            torch.pjrt.synchronize()
+    finally:
+        torch.pjrt.set_dump_dir(None)
+    sizes = {int(m) for f in tmp_path.glob("*.mlir") for m in re.findall(r"%arg\d+: tensor<(\d+)xf64>", f.read_text())}
+    return sizes, [t.cpu() for t in tensors]
+
+
+def test_equal_scalars_of_a_list_share_one_value(tmp_path):
+    # One param group's bias corrections are equal for every parameter: one value for all of them
+    # makes the updates of same-shaped parameters one computation, which XLA compiles once.
+    sizes, got = value_scalars_read(tmp_path / "equal", [0.5] * 4, steps=2)
+    assert sizes == {1}
+    for t in got:
+        torch.testing.assert_close(t, torch.full((3, 5), 0.5))
+    sizes, got = value_scalars_read(tmp_path / "unequal", [0.5, 0.5, 0.25, 0.5])
+    assert sizes == {4}
+    for t, s in zip(got, [0.5, 0.5, 0.25, 0.5]):
+        torch.testing.assert_close(t, torch.full((3, 5), 2.0 * s))
+
+
+def test_a_list_whose_scalars_stop_being_equal_gets_each_value():
+    tensors = [torch.ones(4).to("pjrt") for _ in range(3)]
+    for scalars in ([2.0, 2.0, 2.0], [2.0, 3.0, 2.0], [1.5, 1.5, 1.5]):
+        torch._foreach_mul_(tensors, scalars)
+    want = [torch.full((4,), 2.0 * s * 1.5) for s in (2.0, 3.0, 2.0)]
+    for t, w in zip(tensors, want):
+        torch.testing.assert_close(t.cpu(), w)
 
 
 def test_parameters_and_state_are_updated_in_place_without_a_second_copy():

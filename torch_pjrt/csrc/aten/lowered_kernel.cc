@@ -108,6 +108,27 @@ bool IsScalarList(const c10::IValue& list) {
   return !list.toListRef().empty();
 }
 
+// Whether every element of a Scalar[] has the first's kind and bits (so -0.0 and 0.0 differ, as
+// they would as separate values).
+bool AllSameScalar(c10::ArrayRef<c10::IValue> elements) {
+  const c10::IValue& first = elements[0];
+  for (const c10::IValue& e : elements) {
+    if (e.tagKind() != first.tagKind()) return false;
+    if (e.isDouble()) {
+      double a = e.toDouble(), b = first.toDouble();
+      if (std::memcmp(&a, &b, sizeof a) != 0) return false;
+    } else if (e.isInt()) {
+      if (e.toInt() != first.toInt()) return false;
+    } else if (e.isBool()) {
+      if (e.toBool() != first.toBool()) return false;
+    } else {
+      c10::complex<double> a = e.toComplexDouble(), b = first.toComplexDouble();
+      if (std::memcmp(&a, &b, sizeof a) != 0) return false;
+    }
+  }
+  return true;
+}
+
 // Hashes everything about an argument that can change the Meta kernel's result: dtypes, sizes,
 // strides, structural values, the *kind* of value scalars (never their value), and also the
 // arguments the trace ignores (memory_format decides the result's strides, layout and device
@@ -451,11 +472,16 @@ struct NodeBuilder {
     }
     if (iv.isList() && IsScalarList(iv)) {
       // Scalar[] (optimizers' per-parameter step sizes): each element a value, never a constant.
-      std::vector<int64_t> items;
-      for (const c10::IValue& e : iv.toListRef()) {
-        Arg value = ScalarArg(e, /*structural=*/false);
-        items.push_back(value.payload);
+      // Equal elements (one param group's bias corrections: every parameter has the same step)
+      // share one value, so the updates of same-shaped parameters are the same computation and
+      // XLA compiles one kernel for all of them (docs/design.md, "The optimizer program's compile").
+      c10::ArrayRef<c10::IValue> elements = iv.toListRef();
+      if (AllSameScalar(elements)) {
+        return ListArg(ArgKind::kValueList,
+                       std::vector<int64_t>(elements.size(), ScalarArg(elements[0], /*structural=*/false).payload));
       }
+      std::vector<int64_t> items;
+      for (const c10::IValue& e : elements) items.push_back(ScalarArg(e, /*structural=*/false).payload);
       return ListArg(ArgKind::kValueList, items);
     }
     if (iv.isTensorList() || iv.isList()) {
