@@ -1,10 +1,11 @@
 """Real models train on pjrt like on the CPU, every op native: transformers GPT-2, BERT, Llama
 (RoPE, RMSNorm, GQA, SDPA) and T5, timm ResNet-18, ViT and MobileNetV3, and an LSTM language model,
-all from small configs with random weights (bench/real_models.py). Each trains a few steps from
-the same initial weights on both devices; losses and weights must match, and the step must not
-fall back to the CPU for any op. SGD with momentum, not Adam: Adam divides each gradient by its
-own magnitude, so a weight whose true gradient is ~1e-11 moves by +-lr depending on rounding
-noise, and weights could not be compared."""
+all from small configs with random weights (bench/real_models.py), and six architectures of
+bench/zoo_models.py whose patterns those lack. Each trains a few steps from the same initial
+weights on both devices; losses and weights must match, and the step must not fall back to the
+CPU for any op. SGD with momentum, not Adam: Adam divides each gradient by its own magnitude, so a
+weight whose true gradient is ~1e-11 moves by +-lr depending on rounding noise, and weights could
+not be compared."""
 import copy
 
 import pytest
@@ -85,6 +86,23 @@ def test_timm_model_trains_natively(name):
 
 def test_lstm_language_model_trains_natively():
     compare(real_models.lstm)
+
+
+# From bench/zoo.py's twenty (all of which match there), the ones whose patterns the models above
+# do not have: grouped convolutions (RegNet), channels-last layer norms and 7x7 depthwise
+# convolutions (ConvNeXt), shifted-window attention with rolls and relative position biases
+# (Swin), one layer's weights reused by every layer (ALBERT), sliding-window causal masks
+# (Mistral), and an encoder-decoder with learned positions and shifted labels (BART).
+ZOO = ["regnetx_002", "convnext_atto", "swin_small_config", "albert", "mistral", "bart"]
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_model_trains_natively(name):
+    import zoo_models
+
+    pytest.importorskip("timm" if name in zoo_models.VISION else "transformers")
+    tolerance = dict(rtol=1e-3, atol=1e-4) if name in zoo_models.VISION else {}
+    compare(zoo_models.MODELS[name], **tolerance)
 
 
 LSTM_CONFIGS = [dict(num_layers=2, batch_first=True), dict(num_layers=1, bias=False), dict(num_layers=2),
