@@ -66,29 +66,37 @@ def test_max_pooling_runs_as_host_kernels_and_equals_eager(tmp_path):
 
 
 WHERE_KERNELS_RUN = """
-import glob, torch, torch.nn.functional as F
+import glob, time, torch, torch.nn.functional as F
 
-def kernel_thread_started():
+def kernel_thread_alive():
     return any(open(p).read().strip() == "pjrt_hostkern" for p in glob.glob("/proc/self/task/*/comm"))
 
 def conv(n, c, size):
     x, w = torch.randn(n, c, size, size), torch.randn(c, c, 3, 3)
-    torch.testing.assert_close(F.conv2d(x.to("pjrt"), w.to("pjrt"), padding=1).cpu(), F.conv2d(x, w, padding=1),
-                               rtol=1e-5, atol=1e-4)
+    got = F.conv2d(x.to("pjrt"), w.to("pjrt"), padding=1).cpu()
+    alive = kernel_thread_alive()  # read before the CPU comparison, milliseconds after the kernel
+    torch.testing.assert_close(got, F.conv2d(x, w, padding=1), rtol=1e-5, atol=1e-4)
+    return alive
 
-conv(2, 8, 8)  # 2 * 2*8*8 * 8*8*3*3 = 147k flops: inline on XLA's worker
-print(kernel_thread_started())
-conv(2, 64, 32)  # 2 * 2*32*32 * 64*64*3*3 = 151M flops: the kernel thread and its OpenMP team
-print(kernel_thread_started())
+def large_convs():  # 2 * 2*32*32 * 64*64*3*3 = 151M flops each: the kernel thread and its OpenMP team
+    return any([conv(2, 64, 32) for _ in range(5)])
+
+print(conv(2, 8, 8))  # 2 * 2*8*8 * 8*8*3*3 = 147k flops: inline on XLA's worker
+print(large_convs())
+time.sleep(0.5)
+print(kernel_thread_alive())  # idle: the thread and its team have exited
+print(large_convs())  # and a new one serves the next kernels
 """
 
 
 def test_small_kernels_run_inline_and_large_ones_on_the_kernel_thread():
     # Inline: no hand-off and no OpenMP team spinning beside XLA's threads (MobileNetV3's
-    # convolutions); large ones keep both cores. Both give eager's results.
+    # convolutions); large ones keep both cores. Both give eager's results. An idle kernel thread
+    # exits, so that its OpenMP team does not slow the process's CPU eager ops (libgomp stops
+    # spinning once it manages more threads than there are cores; host_kernels.cc).
     proc = subprocess.run([sys.executable, "-c", WHERE_KERNELS_RUN], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["False", "True"], proc.stdout
+    assert proc.stdout.split() == ["False", "True", "False", "True"], proc.stdout
 
 
 def test_half_precision_convolutions_keep_the_xla_lowering(tmp_path):

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -104,15 +105,28 @@ struct Job {
   bool done = false;
 };
 
+// How long the kernel thread waits for a job before it exits. libgomp keeps a team of threads per
+// thread that starts parallel regions, and once it manages more threads than there are cores it
+// stops spinning at barriers and hands off through futexes: with the kernel thread's team alive
+// beside the main thread's, every parallel CPU eager op in the process ran 2-3.5x slower for the
+// rest of its life (a layer norm over [2, 8, 8, 80] 48 -> 171 us, a depthwise convolution 128 ->
+// 488). A thread that exits frees its team; the next job starts a new one (~0.1 ms), which a
+// training or inference loop's gaps between executions (a few ms) never wait out
+// (docs/design.md, "Host kernels and CPU eager in one process").
+constexpr auto kIdleExit = std::chrono::milliseconds(50);
+
 class KernelThread {
  public:
-  KernelThread() : thread_([this] { Loop(); }) { thread_.detach(); }
-
   std::string Run(const std::function<void()>& kernel) {
     Job job{&kernel};
     std::unique_lock<std::mutex> lock(mutex_);
     queue_.push_back(&job);
-    wake_.notify_one();
+    if (running_) {
+      wake_.notify_one();
+    } else {
+      running_ = true;
+      std::thread([this] { Loop(); }).detach();
+    }
     done_.wait(lock, [&] { return job.done; });
     return job.error;
   }
@@ -125,7 +139,10 @@ class KernelThread {
     c10::InferenceMode inference;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      wake_.wait(lock, [&] { return !queue_.empty(); });
+      if (!wake_.wait_for(lock, kIdleExit, [&] { return !queue_.empty(); })) {
+        running_ = false;  // under the lock: the next Run starts a new thread
+        return;
+      }
       Job* job = queue_.front();
       queue_.pop_front();
       lock.unlock();
@@ -139,7 +156,7 @@ class KernelThread {
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::deque<Job*> queue_;
-  std::thread thread_;
+  bool running_ = false;  // a thread is in Loop (guarded by mutex_)
 };
 
 }  // namespace
