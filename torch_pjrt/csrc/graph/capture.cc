@@ -6,6 +6,7 @@
 #include "graph/compile_cache.h"
 #include "graph/index_checks.h"
 #include "graph/metrics.h"
+#include "runtime/openmp.h"
 #include "runtime/runtime.h"
 
 namespace torch_pjrt::graph {
@@ -278,6 +279,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
+    if (g.compiled->calls_host_kernels) runtime::ReleaseCallerOpenMPTeam();
     results = g.compiled->executable->Execute(args, g.device, d.donated, std::move(arguments), d.kept);
   }
   Metrics::Increment(Counter::kExecutions);

@@ -25,6 +25,9 @@ struct CompiledGraph {
   // Per index check of the graph (its last output packs them): the outputs computed from the op
   // the check guards, poisoned if the check fails.
   std::vector<std::vector<int>> check_dependents;
+  // The program may call host kernels (torch's CPU kernels on the host-kernel thread): launching it
+  // frees the launching thread's OpenMP team first (runtime/openmp.h).
+  bool calls_host_kernels = false;
 };
 
 class CompileCache {

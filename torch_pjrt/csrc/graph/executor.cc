@@ -21,6 +21,7 @@
 #include "graph/index_checks.h"
 #include "graph/metrics.h"
 #include "lowering/lowering.h"
+#include "runtime/openmp.h"
 #include "runtime/runtime.h"
 
 #ifndef TORCH_PJRT_VERSION
@@ -544,6 +545,7 @@ std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause 
   auto compiled = std::make_shared<CompiledGraph>();
   compiled->arg_types = g.arg_types;
   compiled->summary = g.summary;
+  compiled->calls_host_kernels = trace.host_kernel_nodes > 0 && Target().host_kernels;
   if (pending.has_checks) {
     std::vector<Value> targets(pending.outputs.begin(), pending.outputs.end() - 1);
     compiled->check_dependents = CheckDependents(trace.checks, targets);
@@ -659,6 +661,7 @@ void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGrap
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
+    if (compiled->calls_host_kernels) runtime::ReleaseCallerOpenMPTeam();
     results = compiled->executable->Execute(args, device, d.donated, std::move(keep_alive), d.kept);
   }
   Metrics::Increment(Counter::kExecutions);

@@ -1,8 +1,6 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
-#include <dlfcn.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -14,6 +12,7 @@
 #include <thread>
 
 #include "host_kernels/host_kernels.h"
+#include "runtime/openmp.h"
 
 namespace torch_pjrt::host_kernels {
 
@@ -60,16 +59,6 @@ at::Tensor ActivationRet(const XLA_FFI_CallFrame* frame, int i) { return Channel
 
 namespace {
 
-// OpenMP's team size for the calling thread (a per-thread setting), through the libgomp torch
-// loaded: no link-time dependency on it. A no-op where torch was built without it.
-void SetTeamSize(int n) {
-  static auto* set = [] {
-    void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
-    return gomp ? reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads")) : nullptr;
-  }();
-  if (set != nullptr) set(n);
-}
-
 // Kernels below this much arithmetic run inline on the XLA worker that calls them, on one core:
 // on the 2-core machine a hand-off to the kernel thread and a wake-up of its OpenMP team cost more
 // than splitting such a kernel saves, and the team's spinning took the core XLA's other worker
@@ -93,7 +82,7 @@ std::string RunGuarded(const std::function<void()>& kernel) {
 
 // Runs `kernel` on the calling (XLA worker) thread, its OpenMP team limited to that thread.
 std::string RunInline(const std::function<void()>& kernel) {
-  thread_local bool serial = (SetTeamSize(1), true);
+  thread_local bool serial = (runtime::SetCallerOpenMPTeamSize(1), true);
   (void)serial;
   c10::InferenceMode inference;
   return RunGuarded(kernel);
