@@ -6,7 +6,6 @@
 #include "graph/compile_cache.h"
 #include "graph/index_checks.h"
 #include "graph/metrics.h"
-#include "runtime/openmp.h"
 #include "runtime/runtime.h"
 
 namespace torch_pjrt::graph {
@@ -276,14 +275,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   args.reserve(arguments.size());
   for (const auto& b : arguments) args.push_back(b->raw());
   std::vector<std::shared_ptr<runtime::Buffer>> read = arguments;
-  std::vector<std::shared_ptr<runtime::Buffer>> results;
-  {
-    ScopedTimer timer(Timer::kExecute);
-    if (g.compiled->calls_host_kernels) runtime::ReleaseCallerOpenMPTeam();
-    results = g.compiled->executable->Execute(args, g.device, d.donated, std::move(arguments), d.kept);
-  }
-  Metrics::Increment(Counter::kExecutions);
-  Metrics::Increment(Counter::kDonatedBuffers, static_cast<int64_t>(d.donated.size()));
+  std::vector<std::shared_ptr<runtime::Buffer>> results = Launch(*g.compiled, args, g.device, d, std::move(arguments));
   // Earlier graphs' index checks are not waited for (that would stall the host until they ran):
   // results computed from what they guard are guarded too.
   PropagateIndexChecks(g.device, read, results);

@@ -383,6 +383,21 @@ std::string PluginFingerprint() {
   return fp;
 }
 
+std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compiled,
+                                                     const std::vector<PJRT_Buffer*>& args, int device,
+                                                     const LaunchDonations& d,
+                                                     std::vector<std::shared_ptr<runtime::Buffer>> keep_alive) {
+  std::vector<std::shared_ptr<runtime::Buffer>> results;
+  {
+    ScopedTimer timer(Timer::kExecute);
+    if (compiled.calls_host_kernels) runtime::ReleaseCallerOpenMPTeam();
+    results = compiled.executable->Execute(args, device, d.donated, std::move(keep_alive), d.kept);
+  }
+  Metrics::Increment(Counter::kExecutions);
+  Metrics::Increment(Counter::kDonatedBuffers, static_cast<int64_t>(d.donated.size()));
+  return results;
+}
+
 std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
     int device, const std::array<std::string, kNumElementTypes>& bytes,
     const std::array<int32_t, kNumElementTypes>& count) {
@@ -658,14 +673,7 @@ void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGrap
   LaunchDonations d;
   for (const auto& [p, o] : g.donations) d.Add(p, trace.params[p]->buffer);
   for (const NodeRef& p : trace.params) keep_alive.push_back(p->buffer);
-  std::vector<std::shared_ptr<runtime::Buffer>> results;
-  {
-    ScopedTimer timer(Timer::kExecute);
-    if (compiled->calls_host_kernels) runtime::ReleaseCallerOpenMPTeam();
-    results = compiled->executable->Execute(args, device, d.donated, std::move(keep_alive), d.kept);
-  }
-  Metrics::Increment(Counter::kExecutions);
-  Metrics::Increment(Counter::kDonatedBuffers, static_cast<int64_t>(d.donated.size()));
+  std::vector<std::shared_ptr<runtime::Buffer>> results = Launch(*compiled, args, device, d, std::move(keep_alive));
   if (record != nullptr) Describe(trace, g, compiled, record);
   Publish(device, trace, g, *compiled, std::move(results));
 }

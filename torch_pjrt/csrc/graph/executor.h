@@ -79,6 +79,14 @@ struct LaunchDonations {
   }
 };
 
+// Launches `compiled` on `device`, the one launch of the lazy path and of a capture's replay:
+// frees the caller's OpenMP team first where the program may call host kernels
+// (runtime/openmp.h), times the launch and counts it and its donated buffers.
+std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compiled,
+                                                     const std::vector<PJRT_Buffer*>& args, int device,
+                                                     const LaunchDonations& d,
+                                                     std::vector<std::shared_ptr<runtime::Buffer>> keep_alive);
+
 // The packed value scalars as device arrays, one per dtype that has any: a program's last
 // arguments, after its parameters.
 std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
