@@ -133,6 +133,50 @@ def test_launching_host_kernels_frees_the_callers_openmp_team():
     assert started >= 1 and left == 0, proc.stdout
 
 
+IDLE_TEAM_CPU = """
+import os, time, torch, torch.nn.functional as F
+
+def kernel_team_cpu_seconds():  # the kernel thread and its OpenMP workers (they inherit its name)
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "pjrt_hostkern":
+                    continue
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])  # nanoseconds on a CPU
+        except OSError:
+            pass
+    return total / 1e9
+
+def pjrt_conv():  # 151M flops: the kernel thread and its team (new inputs: no result is reused)
+    x, w = torch.randn(2, 64, 32, 32, device="pjrt"), torch.randn(64, 64, 3, 3, device="pjrt")
+    return F.conv2d(x, w, padding=1).sum().item()
+
+for _ in range(3):
+    pjrt_conv()
+spent = []
+for _ in range(5):
+    pjrt_conv()
+    before = kernel_team_cpu_seconds()
+    time.sleep(0.04)  # idle, but shorter than the 50 ms after which the thread exits
+    spent.append(kernel_team_cpu_seconds() - before)
+print(sum(spent))
+"""
+
+
+def test_the_kernel_threads_team_sleeps_between_jobs():
+    # libgomp's workers spin for milliseconds after a parallel region; beside XLA's threads on two
+    # cores that spin took the core the program's fusions needed (ViT-tiny inference lost ~45% of
+    # its CPU samples to it). After kTeamSpin (0.3 ms) the team waits asleep: five idle 40 ms
+    # windows after a convolution cost its threads ~1 ms of CPU time (spinning: ~5 ms each here).
+    if torch.get_num_threads() < 2:
+        pytest.skip("one OpenMP thread: no team")
+    proc = subprocess.run([sys.executable, "-c", IDLE_TEAM_CPU], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float(proc.stdout) < 0.01, proc.stdout
+
+
 def test_half_precision_convolutions_keep_the_xla_lowering(tmp_path):
     torch.pjrt.synchronize()
     with dumping_graphs(tmp_path):

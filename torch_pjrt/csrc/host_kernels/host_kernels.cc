@@ -104,6 +104,16 @@ struct Job {
 // (docs/design.md, "Host kernels and CPU eager in one process").
 constexpr auto kIdleExit = std::chrono::milliseconds(50);
 
+// How long the team's workers may spin for the next job. Between parallel regions libgomp's
+// workers spin (GOMP_SPINCOUNT, milliseconds) before they sleep, and on two cores a spinning worker
+// takes the core XLA's fusions need: ViT-tiny inference, whose one convolution on this thread
+// starts its program, lost ~45% of all CPU samples to it. Gaps between a program's convolutions
+// are mostly under 0.2 ms (ResNet-18: 97%), so the team spins that long and then sleeps, at once
+// where the previous wait was longer (docs/design.md, "The kernel thread's team between jobs").
+constexpr auto kTeamSpin = std::chrono::microseconds(300);
+
+using Clock = std::chrono::steady_clock;
+
 class KernelThread {
  public:
   std::string Run(const std::function<void()>& kernel) {
@@ -112,6 +122,8 @@ class KernelThread {
     queue_.push_back(&job);
     if (running_) {
       wake_.notify_one();
+      // Wake the sleeping workers together with the kernel thread, not after it.
+      if (team_asleep_) WakeTeam();
     } else {
       running_ = true;
       std::thread([this] { Loop(); }).detach();
@@ -128,7 +140,7 @@ class KernelThread {
     c10::InferenceMode inference;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      if (!wake_.wait_for(lock, kIdleExit, [&] { return !queue_.empty(); })) {
+      if (!WaitForJob(lock)) {
         running_ = false;  // under the lock: the next Run starts a new thread
         return;
       }
@@ -142,10 +154,52 @@ class KernelThread {
     }
   }
 
+  // Waits for a job, the team spinning for kTeamSpin (skipped where the last wait outlasted it)
+  // and then asleep, up to kIdleExit in all. False when none came.
+  bool WaitForJob(std::unique_lock<std::mutex>& lock) {
+    auto start = Clock::now();
+    bool got = (!last_wait_long_ && wake_.wait_for(lock, kTeamSpin, [&] { return HasJob(); })) ||
+               WaitWithTeamAsleep(lock);
+    last_wait_long_ = Clock::now() - start > kTeamSpin;
+    return got;
+  }
+
+  // The team's workers wait inside a parallel region of this thread's team, on a condition
+  // variable instead of libgomp's spin; this thread waits for the job in the same region.
+  bool WaitWithTeamAsleep(std::unique_lock<std::mutex>& lock) {
+    team_asleep_ = true;
+    team_released_ = false;
+    lock.unlock();
+    bool parked = runtime::RunOnCallerOpenMPTeam([this](int thread) {
+      std::unique_lock<std::mutex> region_lock(mutex_);
+      if (thread == 0) {
+        wake_.wait_for(region_lock, kIdleExit, [&] { return HasJob(); });
+        WakeTeam();
+      } else {
+        team_wake_.wait(region_lock, [&] { return team_released_; });
+      }
+    });
+    lock.lock();
+    team_asleep_ = false;
+    if (!parked) wake_.wait_for(lock, kIdleExit, [&] { return HasJob(); });
+    return HasJob();
+  }
+
+  void WakeTeam() {  // under mutex_
+    team_released_ = true;
+    team_wake_.notify_all();
+  }
+
+  bool HasJob() const { return !queue_.empty(); }  // under mutex_
+
   std::mutex mutex_;
-  std::condition_variable wake_, done_;
+  std::condition_variable wake_, done_, team_wake_;
   std::deque<Job*> queue_;
-  bool running_ = false;  // a thread is in Loop (guarded by mutex_)
+  bool running_ = false;         // a thread is in Loop
+  bool team_asleep_ = false;     // the team waits in WaitWithTeamAsleep's region
+  bool team_released_ = false;   // its workers may leave that region
+  bool last_wait_long_ = true;   // the last wait for a job outlasted kTeamSpin
+  // All guarded by mutex_.
 };
 
 }  // namespace

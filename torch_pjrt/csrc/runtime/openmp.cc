@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <functional>
+
 namespace torch_pjrt::runtime {
 
 namespace {
@@ -31,6 +33,26 @@ void ReleaseCallerOpenMPTeam() {
   static auto* pause = Symbol<int(int, int)>("omp_pause_resource");
   static auto* initial_device = Symbol<int()>("omp_get_initial_device");
   if (pause != nullptr && initial_device != nullptr) pause(kPauseSoft, initial_device());
+}
+
+namespace {
+struct Region {
+  const std::function<void(int)>* body;
+  int (*thread_num)();
+};
+void RunRegionBody(void* region) {
+  auto* r = static_cast<Region*>(region);
+  (*r->body)(r->thread_num());
+}
+}  // namespace
+
+bool RunOnCallerOpenMPTeam(const std::function<void(int)>& body) {
+  static auto* parallel = Symbol<void(void (*)(void*), void*, unsigned, unsigned)>("GOMP_parallel");
+  static auto* thread_num = Symbol<int()>("omp_get_thread_num");
+  if (parallel == nullptr || thread_num == nullptr) return false;
+  Region region{&body, thread_num};
+  parallel(&RunRegionBody, &region, /*num_threads: the team's size*/ 0, /*flags*/ 0);
+  return true;
 }
 
 }  // namespace torch_pjrt::runtime

@@ -5,6 +5,8 @@
 // torch was built without OpenMP.
 #pragma once
 
+#include <functional>
+
 namespace torch_pjrt::runtime {
 
 // Sets the calling thread's OpenMP team size (a per-thread setting: omp_set_num_threads).
@@ -17,5 +19,9 @@ void SetCallerOpenMPTeamSize(int threads);
 // the host-kernel thread's team made every host kernel hand off through futexes: ConvNeXt-atto
 // training 40-42 -> 26-28 ms per step without it. A no-op inside a parallel region.
 void ReleaseCallerOpenMPTeam();
+
+// Runs `body(thread_number)` on every thread of the calling thread's OpenMP team, as one parallel
+// region (0 is the calling thread). False where torch has no OpenMP runtime (`body` did not run).
+bool RunOnCallerOpenMPTeam(const std::function<void(int)>& body);
 
 }  // namespace torch_pjrt::runtime
