@@ -177,6 +177,23 @@ def test_the_kernel_threads_team_sleeps_between_jobs():
     assert float(proc.stdout) < 0.01, proc.stdout
 
 
+ONE_THREAD_TEAM = """
+import os, torch, torch.nn.functional as F
+torch.set_num_threads(1)
+x, w = torch.randn(2, 64, 32, 32, device="pjrt"), torch.randn(64, 64, 3, 3, device="pjrt")
+F.conv2d(x, w, padding=1).sum().item()  # 151M flops: on the kernel thread
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print(names.count("pjrt_hostkern"))
+"""
+
+
+def test_the_kernel_thread_follows_torch_set_num_threads():
+    # The kernel thread sizes its OpenMP team as torch's own threads do: one thread, no workers.
+    proc = subprocess.run([sys.executable, "-c", ONE_THREAD_TEAM], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["1"], proc.stdout
+
+
 def test_half_precision_convolutions_keep_the_xla_lowering(tmp_path):
     torch.pjrt.synchronize()
     with dumping_graphs(tmp_path):

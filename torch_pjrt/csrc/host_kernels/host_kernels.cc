@@ -1,4 +1,5 @@
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
 #include <chrono>
@@ -137,6 +138,9 @@ class KernelThread {
     // Named so that profiles tell the kernels (and the OpenMP team this thread starts, which
     // inherits the name) from XLA's threads.
     pthread_setname_np(pthread_self(), "pjrt_hostkern");
+    // Torch's thread count for this thread's OpenMP team (as torch's own threads do), before the
+    // first WaitForJob opens a region of that team.
+    at::init_num_threads();
     c10::InferenceMode inference;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
@@ -167,6 +171,7 @@ class KernelThread {
   // The team's workers wait inside a parallel region of this thread's team, on a condition
   // variable instead of libgomp's spin; this thread waits for the job in the same region.
   bool WaitWithTeamAsleep(std::unique_lock<std::mutex>& lock) {
+    if (HasJob()) return true;
     team_asleep_ = true;
     team_released_ = false;
     lock.unlock();
