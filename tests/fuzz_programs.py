@@ -848,14 +848,19 @@ class Gen:
 
 def spread_groups(groups):
     """Whether every row of `groups` (one normalization group each) has at least two values and
-    a spread above a thousandth of its magnitude, or a value that is not finite."""
+    a spread above a thousandth of its magnitude, or a value that is not finite; and no row of
+    finite values whose variance overflows the dtype: CPU eager's normalizations give NaN for such
+    a row in their scalar loop (rows shorter than a vector: 3 doubles, 7 floats here) and zeros in
+    their vectorized one (a rstd of 0), pjrt zeros (seed 1957454)."""
     g = groups.double()
     if g.dim() != 2 or g.numel() == 0:
         return g.dim() == 2  # no group has a value: nothing to normalize
     if g.shape[1] < 2:
         return False
     spread = g.amax(1) - g.amin(1)
-    return bool((~torch.isfinite(g).all(1) | (spread > 1e-3 * g.abs().amax(1))).all())
+    finite = torch.isfinite(g).all(1)
+    overflows = finite & (spread > math.sqrt(torch.finfo(groups.dtype).max / g.shape[1]))
+    return bool(((~finite | (spread > 1e-3 * g.abs().amax(1))) & ~overflows).all())
 
 
 def dtype_str(t):

@@ -959,3 +959,19 @@ def test_every_lowered_op_is_covered():
     other |= {s for s in lowered if s.startswith(OTHER_PREFIXES)}
     assert covered <= lowered, f"not lowered (stale names): {sorted(covered - lowered)}"
     assert not lowered - covered - other, f"lowered but not covered: {sorted(lowered - covered - other)}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=NAME.get)
+def test_layer_norm_of_a_row_whose_variance_overflows(dtype):
+    """A row of finite values whose variance overflows the dtype: CPU eager's vectorized loop (rows
+    of a vector or more) gives a rstd of 0 and zeros, its scalar loop (shorter rows) NaN; pjrt gives
+    zeros at every length, as the vectorized loop does (the fuzzer keeps such groups out of its
+    normalizations: fuzz_programs.spread_groups)."""
+    big = 1e30 if dtype == torch.float32 else 1e200
+    for n in (3, 16):
+        x = torch.ones(2, n, dtype=dtype)
+        x[:, 1] = big
+        got = F.layer_norm(x.to("pjrt"), (n,)).cpu()
+        assert torch.equal(got, torch.zeros_like(x)), (n, got)
+        if n == 16:
+            torch.testing.assert_close(got, F.layer_norm(x, (n,)))
