@@ -131,7 +131,8 @@ def write_report(args, clean, raised, failures, gaps, cpu_errors, lines, elapsed
         "zero (a data-dependent error) and int32/int64 min // -1 (SIGFPE in CPU eager), float -> int casts of "
         "NaN, infinities or out-of-range values (undefined in C++), out-of-range indices, "
         "`clone(memory_format=...)`/`.contiguous()`, out= tensors that alias an input, a one-element tensor written into itself by indexing (CPU eager raises or not by the rank of the value, which reaches the device expanded either way), mask writes of a one-element tensor of another dtype (CPU eager fills from a one-element CPU tensor as from a Python number and raises where it overflows the destination; CUDA and pjrt convert it as a tensor), in-place writes that read their own memory under another layout (`v.mul_(v.mT)`: CPU eager allows the full overlap and computes in its loop order, reading elements it already wrote), "
-        "gelu of infinities (CPU eager's vectorized and scalar "
+        "infinities and NaN in half-precision convolutions (CPU eager's spread NaN to outputs whose window "
+        "holds none), gelu of infinities (CPU eager's vectorized and scalar "
         "kernels disagree), and normalizations of finite groups whose variance overflows the dtype "
         "(CPU eager's scalar loop gives NaN, its vectorized one and pjrt zeros).",
         "",

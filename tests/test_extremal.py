@@ -975,3 +975,15 @@ def test_layer_norm_of_a_row_whose_variance_overflows(dtype):
         assert torch.equal(got, torch.zeros_like(x)), (n, got)
         if n == 16:
             torch.testing.assert_close(got, F.layer_norm(x, (n,)))
+
+
+def test_half_precision_convolution_beside_a_nan():
+    """CPU eager's bfloat16 conv1d writes NaN into the output left of a NaN input, whose window
+    does not hold it (its float32 one does not); pjrt gives float32's result rounded (the fuzzer
+    keeps NaN out of half-precision convolutions: fuzz_programs.spatial_expr)."""
+    x = torch.tensor([0.25, 7.0, 7.0, 0.0, -100.0, -2.5, 3.0, NAN, 0.0, 0.5]).reshape(1, 1, -1)
+    w = torch.tensor([3.0, 1.0, 1.0, 1.0, 1.0]).reshape(1, 1, 5)
+    want = F.conv1d(x, w, padding=4).bfloat16()
+    got = F.conv1d(x.bfloat16().to("pjrt"), w.bfloat16().to("pjrt"), padding=4).cpu()
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert not torch.isnan(got[0, 0, 6]) and torch.isnan(got[0, 0, 7:12]).all()
