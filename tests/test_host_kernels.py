@@ -109,6 +109,15 @@ if torch.get_num_threads() < 2:
     raise SystemExit
 """
 
+
+def run_with_a_team(script):
+    """`script`'s output, run in a fresh process; skips the test where it has one OpenMP thread."""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if proc.stdout.strip() == "one OpenMP thread":
+        pytest.skip("one OpenMP thread: no team")
+    return proc.stdout
+
 CALLER_TEAM = """
 import os, torch, torch.nn.functional as F
 """ + ONE_THREAD_SKIP + """
@@ -135,12 +144,9 @@ def test_launching_host_kernels_frees_the_callers_openmp_team():
     # A team left on the launching thread by CPU work (building the model, preparing batches)
     # beside the kernel thread's team made libgomp stop spinning, and every host kernel handed off
     # through futexes: ConvNeXt-atto training 40-42 -> 26-28 ms per step (runtime/openmp.h).
-    proc = subprocess.run([sys.executable, "-c", CALLER_TEAM], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    if proc.stdout.strip() == "one OpenMP thread":
-        pytest.skip("one OpenMP thread: no team to free")
-    started, left = (int(n) for n in proc.stdout.split())
-    assert started >= 1 and left == 0, proc.stdout
+    out = run_with_a_team(CALLER_TEAM)
+    started, left = (int(n) for n in out.split())
+    assert started >= 1 and left == 0, out
 
 
 IDLE_TEAM_CPU = """
@@ -181,11 +187,8 @@ def test_the_kernel_threads_team_sleeps_between_jobs():
     # cores that spin took the core the program's fusions needed (ViT-tiny inference lost ~45% of
     # its CPU samples to it). After kTeamSpin (0.3 ms) the team waits asleep: five idle 40 ms
     # windows after a convolution cost its threads ~1 ms of CPU time (spinning: ~5 ms each here).
-    proc = subprocess.run([sys.executable, "-c", IDLE_TEAM_CPU], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    if proc.stdout.strip() == "one OpenMP thread":
-        pytest.skip("one OpenMP thread: no team")
-    assert float(proc.stdout) < 0.01, proc.stdout
+    out = run_with_a_team(IDLE_TEAM_CPU)
+    assert float(out) < 0.01, out
 
 
 ONE_THREAD_TEAM = """

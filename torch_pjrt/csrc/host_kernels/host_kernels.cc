@@ -123,8 +123,9 @@ class KernelThread {
     queue_.push_back(&job);
     if (running_) {
       wake_.notify_one();
-      // Wake the sleeping workers together with the kernel thread, not after it.
-      if (team_asleep_) WakeTeam();
+      // Wake sleeping workers together with the kernel thread, not after it (a no-op when the
+      // team is not asleep: WaitWithTeamAsleep resets the flag before it opens its region).
+      WakeTeam();
     } else {
       running_ = true;
       std::thread([this] { Loop(); }).detach();
@@ -172,7 +173,6 @@ class KernelThread {
   // variable instead of libgomp's spin; this thread waits for the job in the same region.
   bool WaitWithTeamAsleep(std::unique_lock<std::mutex>& lock) {
     if (HasJob()) return true;
-    team_asleep_ = true;
     team_released_ = false;
     lock.unlock();
     bool parked = runtime::RunOnCallerOpenMPTeam([this](int thread) {
@@ -185,7 +185,6 @@ class KernelThread {
       }
     });
     lock.lock();
-    team_asleep_ = false;
     if (!parked) wake_.wait_for(lock, kIdleExit, [&] { return HasJob(); });
     return HasJob();
   }
@@ -201,7 +200,6 @@ class KernelThread {
   std::condition_variable wake_, done_, team_wake_;
   std::deque<Job*> queue_;
   bool running_ = false;         // a thread is in Loop
-  bool team_asleep_ = false;     // the team waits in WaitWithTeamAsleep's region
   bool team_released_ = false;   // its workers may leave that region
   bool last_wait_long_ = true;   // the last wait for a job outlasted kTeamSpin
   // All guarded by mutex_.

@@ -20,6 +20,17 @@ F* Symbol(const char* name) {
   return gomp == nullptr ? nullptr : reinterpret_cast<F*>(dlsym(gomp, name));
 }
 
+// A parallel region's body and how it learns its thread's number (GOMP_parallel passes one pointer).
+struct Region {
+  const std::function<void(int)>* body;
+  int (*thread_num)();
+};
+
+void RunRegionBody(void* region) {
+  auto* r = static_cast<Region*>(region);
+  (*r->body)(r->thread_num());
+}
+
 }  // namespace
 
 void SetCallerOpenMPTeamSize(int threads) {
@@ -34,17 +45,6 @@ void ReleaseCallerOpenMPTeam() {
   static auto* initial_device = Symbol<int()>("omp_get_initial_device");
   if (pause != nullptr && initial_device != nullptr) pause(kPauseSoft, initial_device());
 }
-
-namespace {
-struct Region {
-  const std::function<void(int)>* body;
-  int (*thread_num)();
-};
-void RunRegionBody(void* region) {
-  auto* r = static_cast<Region*>(region);
-  (*r->body)(r->thread_num());
-}
-}  // namespace
 
 bool RunOnCallerOpenMPTeam(const std::function<void(int)>& body) {
   static auto* parallel = Symbol<void(void (*)(void*), void*, unsigned, unsigned)>("GOMP_parallel");
