@@ -121,7 +121,7 @@ def _launch_after_optimizer_steps():
     ``_C._launch_before_optimizer_step`` splits the region only where host kernels make up much of
     the backward.
 
-    During the step, zero-filled storages are read as device buffers (``_set_zero_reads_as_buffers``):
+    During the step, zero-filled storages are read as device buffers (``_set_in_optimizer_step``):
     optimizer state made in the first step (Adam's ``zeros_like(param)``) is then a graph input
     as in every later step, so the first and later steps compile one graph, not two.
     """
@@ -132,12 +132,12 @@ def _launch_after_optimizer_steps():
         if _launch_before_optimizer_step:
             for index in _pjrt_devices(optimizer):
                 _C._launch_before_optimizer_step(index)
-        _C._set_zero_reads_as_buffers(True)
+        _C._set_in_optimizer_step(True)
 
     def launch(optimizer, args, kwargs):
         if torch.compiler.is_compiling():  # a compiled step launches its own graph
             return
-        _C._set_zero_reads_as_buffers(False)
+        _C._set_in_optimizer_step(False)
         for index in _pjrt_devices(optimizer):
             _C._synchronize(index, "optimizer_step", False)
 

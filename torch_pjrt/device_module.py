@@ -28,6 +28,7 @@ __all__ = [
     "reset_peak_memory_stats", "memory_stats", "plugin", "platform", "plugins", "capabilities",
     "metrics", "metrics_report", "set_fallback_warnings", "cache_dir", "set_cache_dir",
     "set_log_compiles", "set_dump_dir", "set_max_pending_nodes", "max_pending_nodes",
+    "set_pipelined_launch_nodes", "pipelined_launch_nodes",
     "Stream", "Event", "current_stream", "default_stream", "stream", "set_stream",
     "global_rank", "world_size", "local_rank", "local_world_size", "host_index",
     "PJRTGraph", "graph", "is_current_stream_capturing",
@@ -395,6 +396,19 @@ def max_pending_nodes() -> int:
 def set_max_pending_nodes(n: int) -> None:
     """Largest trace (in ops) before it is synced automatically, bounding memory."""
     _C._set_max_pending_nodes(int(n))
+
+
+def pipelined_launch_nodes() -> int:
+    return _C._pipelined_launch_nodes()
+
+
+def set_pipelined_launch_nodes(n: int) -> None:
+    """Ops per piece of a pipelined inference trace (0: off). Under ``torch.no_grad()`` or
+    ``torch.inference_mode()`` the pending trace is launched every `n` ops without waiting, so the
+    device runs its start while the rest is traced (default 100)."""
+    if int(n) < 0:
+        raise ValueError(f"pipelined_launch_nodes must be >= 0 (0 turns pipelining off), got {n}")
+    _C._set_pipelined_launch_nodes(int(n))
 
 
 # ---------------------------------------------------------------------------------- internals

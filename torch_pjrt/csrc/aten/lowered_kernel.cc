@@ -19,6 +19,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "aten/autograd_state.h"
 #include "aten/cpu_probe.h"
 #include "aten/dynamic_shape.h"
 #include "aten/fallback.h"
@@ -640,6 +641,17 @@ using Returns = c10::SmallVector<c10::IValue, 2>;  // inline: most ops return on
 // How TraceArgs handled a call. The two fallbacks run on the caller's stack.
 enum class Traced { kTraced, kIntegerIndices, kNoStaticShape };
 
+// After an op is traced (graph lock held): notes whether autograd records it, and cuts the trace
+// where that is due: past the pending-node bound, or a pipelined launch (graph/trace.h).
+void EndTracedOp(int device) {
+  if (TracingForAutograd()) graph::NoteAutogradOp(device);
+  if (graph::TraceTooLarge(device)) {
+    graph::SyncDevice(device, graph::SyncCause::kGraphTooLarge);
+  } else if (graph::PipelinedLaunchDue(device)) {
+    graph::SyncDevice(device, graph::SyncCause::kPipelined);
+  }
+}
+
 // One per op (and variant): its signature, and the tracing both its boxed and unboxed kernels run.
 class LoweredKernel {
  public:
@@ -826,7 +838,7 @@ class LoweredKernel {
         break;
       }
     }
-    if (graph::TraceTooLarge(device)) graph::SyncDevice(device, graph::SyncCause::kGraphTooLarge);
+    EndTracedOp(device);
     return Traced::kTraced;
   }
 

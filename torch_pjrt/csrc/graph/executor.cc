@@ -296,6 +296,7 @@ const char* SyncCauseName(SyncCause c) {
     case SyncCause::kOptimizerStep: return "optimizer_step";
     case SyncCause::kBeforeOptimizerStep: return "before_optimizer_step";
     case SyncCause::kCompiledCall: return "compiled_call";
+    case SyncCause::kPipelined: return "pipelined";
     default: return "other";
   }
 }
@@ -729,6 +730,8 @@ DeferredErrorPtr DeferredErrorOf(const std::exception& e) {
 void SyncSettledDevice(int device, SyncCause cause, LaunchRecord* record, DeferredErrorPtr failure,
                        bool waited_for_checks) {
   DeviceTrace& trace = Trace(device);
+  // A pipelined piece counts towards the next one's bound (PipelinedLaunchDue); others reset it.
+  int64_t pipelined_nodes = cause == SyncCause::kPipelined ? trace.pipelined_nodes + trace.op_nodes : 0;
   PendingGraph g = CollectTargets(trace);
   if (failure) DropTargetsReadingPoison(&g);
   if (record == nullptr) ShareParamBuffers(&g);  // a capture maps its outputs to program results
@@ -743,10 +746,12 @@ void SyncSettledDevice(int device, SyncCause cause, LaunchRecord* record, Deferr
       DeferredErrorPtr error = DeferredErrorOf(e);
       for (LazyStorage* s : g.targets) s->SetError(error);
       ResetTrace(trace);
+      trace.pipelined_nodes = 0;
       throw;
     }
   }
   ResetTrace(trace);
+  trace.pipelined_nodes = pipelined_nodes;
   if (failure) throw DeviceError(*failure);
 }
 
@@ -771,12 +776,13 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   if (!SyncAllowedDuringCapture(device, cause, record)) return;
   // Earlier graphs' index checks are settled before this graph runs, so nothing computed from an
   // out-of-range index is used silently; the failure is raised at this sync point. Syncs for a
-  // compiled call (before a replay) do not wait: their results inherit the checks instead. Nor does
-  // the launch of an optimizer step's updates while one launch's checks are pending (the forward
-  // and backward launched as the step began, which it would otherwise wait for); the next step's
-  // first launch settles them, so at most one step's checks are pending.
-  bool wait_for_checks = cause != SyncCause::kCompiledCall &&
-                         (cause != SyncCause::kOptimizerStep || PendingIndexCheckLaunches(device) > 1);
+  // compiled call (before a replay) do not wait: their results inherit the checks instead. Nor do
+  // the launch of an optimizer step's updates and a pipelined piece while one launch's checks are
+  // pending (the forward and backward launched as the step began, the previous piece), which they
+  // would otherwise wait for; the next launch of another kind settles them, so at most one
+  // launch's own checks are pending.
+  bool inherits = cause == SyncCause::kOptimizerStep || cause == SyncCause::kPipelined;
+  bool wait_for_checks = cause != SyncCause::kCompiledCall && (!inherits || PendingIndexCheckLaunches(device) > 1);
   SyncSettledDevice(device, cause, record, wait_for_checks ? ResolveIndexChecks(device) : nullptr, wait_for_checks);
 }
 

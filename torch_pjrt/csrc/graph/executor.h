@@ -25,6 +25,7 @@ enum class SyncCause : int {
   kOptimizerStep,   // an optimizer step ended: its updates are launched, not waited for
   kBeforeOptimizerStep,  // an optimizer step begins: the pending forward and backward launched, not waited for
   kCompiledCall,    // a torch.compile'd graph finished its first (traced) call: graph/capture.h
+  kPipelined,       // an inference trace launched in pieces, not waited for (PipelinedLaunchDue)
   kOther,
   kNumCauses
 };

@@ -24,6 +24,7 @@ int64_t g_max_pending_nodes = [] {
   const char* env = std::getenv("TORCH_PJRT_MAX_PENDING_NODES");
   return env ? std::max<int64_t>(1, std::atoll(env)) : int64_t{20000};
 }();
+int64_t g_pipelined_launch_nodes = kPipelinedLaunchNodes;  // under the graph lock
 
 // Dims sorted by decreasing stride, when the view is dense and non-overlapping (a permutation of
 // a contiguous layout). Empty when it is not.
@@ -133,7 +134,7 @@ int InternalOp(const char* name) {
 
 namespace {
 
-thread_local bool zero_reads_as_buffers = false;
+thread_local bool in_optimizer_step = false;
 
 // A device buffer of zeros of type `t` (one host-to-device copy).
 std::shared_ptr<runtime::Buffer> ZeroBuffer(int device, const TensorType& t) {
@@ -219,7 +220,7 @@ bool PendingFillScalar(const LazyStorage* s, ElementType* type, std::string* byt
   return bytes->size() == item;
 }
 
-void SetZeroReadsAsBuffers(bool on) { zero_reads_as_buffers = on; }
+void SetInOptimizerStep(bool on) { in_optimizer_step = on; }
 
 Value ViewOfValue(Value src, const TensorView& view) {
   const TensorType& t = src.type();
@@ -242,7 +243,7 @@ Value ViewOfValue(Value src, const TensorView& view) {
 }
 
 Value ReadTensor(LazyStorage* s, const TensorView& view) {
-  if (zero_reads_as_buffers) MaterializeZeros(s);
+  if (in_optimizer_step) MaterializeZeros(s);
   return ViewOfValue(StorageValue(s, view.dtype), view);
 }
 
@@ -322,7 +323,8 @@ void ResetTrace(DeviceTrace& trace) {
   trace.params.clear();
   for (auto& b : trace.slot_bytes) b.clear();
   trace.slot_count.fill(0);
-  trace.op_nodes = 0;
+  trace.op_nodes = 0;  // pipelined_nodes spans epochs: launches set it (SyncDevice)
+  trace.records_autograd = false;
   trace.host_kernel_nodes = 0;
   trace.uncut_reads = 0;
   trace.first_uncut_read.clear();
@@ -376,6 +378,20 @@ void SetMaxPendingNodes(int64_t n) { g_max_pending_nodes = std::max<int64_t>(1, 
 bool TraceTooLarge(int device) {
   // A device graph's capture holds its whole region (graph/device_graph.h).
   return Trace(device).op_nodes > g_max_pending_nodes && !CapturingDeviceGraph(device);
+}
+
+int64_t PipelinedLaunchNodes() { return g_pipelined_launch_nodes; }
+void SetPipelinedLaunchNodes(int64_t n) { g_pipelined_launch_nodes = std::max<int64_t>(0, n); }
+
+void NoteAutogradOp(int device) { Trace(device).records_autograd = true; }
+
+bool PipelinedLaunchDue(int device) {
+  const DeviceTrace& trace = Trace(device);
+  return g_pipelined_launch_nodes > 0 && trace.op_nodes >= g_pipelined_launch_nodes &&
+         trace.pipelined_nodes + trace.op_nodes <= kPipelinedTraceNodes && !trace.records_autograd &&
+         !in_optimizer_step &&
+         // A torch.compile capture and a device-graph capture each hold their whole region.
+         trace.capture_epoch != trace.epoch && !CapturingDeviceGraph(device);
 }
 
 }  // namespace torch_pjrt::graph

@@ -92,6 +92,10 @@ struct DeviceTrace {
   Dims replica_devices;
   std::vector<LazyStorage*> dirty;  // storages written in this epoch (null once they die)
   int64_t op_nodes = 0;             // op nodes made in this epoch
+  // Op nodes of the pipelined launches (PipelinedLaunchDue) since the last other launch: set by
+  // each launch, kept across an epoch that ends without one (EndIdleEpoch).
+  int64_t pipelined_nodes = 0;
+  bool records_autograd = false;    // an op of this epoch was traced for autograd (NoteAutogradOp)
   int64_t host_kernel_nodes = 0;    // of those, ops that may run as host kernels (OpLowering::host_kernel)
   // Reads answered in this epoch without cutting the trace (remembered or computed ahead) and not
   // guarded (AddReadGuard): a capture refuses such a trace, whose replays would not read afresh.
@@ -120,11 +124,12 @@ Value StorageValue(LazyStorage* s, ElementType dtype);
 // Gives a never-written storage with no bytes (an empty tensor's) its empty device buffer: a
 // captured call's input then needs no sync, where a pending zeros value would cost one per replay.
 void GiveEmptyBuffer(LazyStorage* s, ElementType dtype);
-// While on (per thread), reading a storage whose pending value is zeros (zero_'s result, as in
-// zeros_like) first makes it a device buffer of zeros: set during optimizer.step(), so that
+// Set (per thread) while optimizer.step() runs. Reading a storage whose pending value is zeros
+// (zero_'s result, as in zeros_like) then first makes it a device buffer of zeros, so that
 // optimizer state created in the first step is a graph input there as in every later step, and
-// the steps share one compiled graph.
-void SetZeroReadsAsBuffers(bool on);
+// the steps share one compiled graph; and the step's trace is not pipelined (PipelinedLaunchDue):
+// its updates launch as one program when it ends.
+void SetInOptimizerStep(bool on);
 // When `s` holds the pending result of fill.Scalar with a value scalar (ones_like, full_like,
 // torch.ones), that scalar's slot type and bytes: a caller that needs a buffer can upload the fill
 // instead of executing the trace.
@@ -163,5 +168,24 @@ void EndIdleEpoch(int device);
 int64_t MaxPendingNodes();
 void SetMaxPendingNodes(int64_t n);
 bool TraceTooLarge(int device);
+
+// Pipelined launches (docs/design.md, "Pipelined inference"). A trace that records nothing for
+// autograd (inference under no_grad or inference_mode) is launched every kPipelinedLaunchNodes op
+// nodes without waiting, so that the device executes its start while the host traces the rest:
+// on the 2-core CPU plugin, models whose execution leaves a core idle (small convolutions run
+// serially) overlap it with the host's tracing. The pieces are counted from the last launch that
+// was not pipelined (a read, an optimizer step), so every step of an inference loop that reads its
+// result is cut at the same places and reuses the same programs; past kPipelinedTraceNodes from
+// there (a loop that does not read each step) nothing more is cut, which bounds how many
+// differently placed pieces such a loop compiles.
+constexpr int64_t kPipelinedLaunchNodes = 100;  // the default; 0 turns pipelining off
+constexpr int64_t kPipelinedTraceNodes = 1000;
+int64_t PipelinedLaunchNodes();
+void SetPipelinedLaunchNodes(int64_t n);
+// Marks the op just traced on `device` as recorded by autograd (grad mode on, or a backward pass):
+// such an epoch is a training step's and is not pipelined.
+void NoteAutogradOp(int device);
+// Whether the trace of `device` is due for a pipelined launch (SyncCause::kPipelined).
+bool PipelinedLaunchDue(int device);
 
 }  // namespace torch_pjrt::graph

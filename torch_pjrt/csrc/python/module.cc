@@ -271,7 +271,7 @@ PYBIND11_MODULE(_C, m) {
     g->set_offset(state[1]);
   });
   m.def("_set_fallback_warnings", &aten::SetFallbackWarningsEnabled);
-  m.def("_set_zero_reads_as_buffers", &graph::SetZeroReadsAsBuffers);
+  m.def("_set_in_optimizer_step", &graph::SetInOptimizerStep);
   m.def("_fallback_warnings", &aten::FallbackWarningsEnabled);
   m.def("_cache_dir", [] {
     graph::GraphLock lock;
@@ -318,6 +318,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_max_pending_nodes", [](int64_t n) {
     graph::GraphLock lock;
     graph::SetMaxPendingNodes(n);
+  });
+  m.def("_pipelined_launch_nodes", [] {
+    graph::GraphLock lock;
+    return graph::PipelinedLaunchNodes();
+  });
+  m.def("_set_pipelined_launch_nodes", [](int64_t n) {
+    graph::GraphLock lock;
+    graph::SetPipelinedLaunchNodes(n);
   });
   m.def("_live_nodes", &graph::LiveNodeCount);
   m.def("_live_storages", &graph::LazyStorage::LiveCount);
