@@ -1,0 +1,141 @@
+"""Pipelined inference: a no_grad forward launched in pieces of `torch.pjrt.pipelined_launch_nodes()`
+ops as it is traced (the default since 2026-11-29), against the whole forward as one program
+launched at the read (`torch.pjrt.set_pipelined_launch_nodes(0)`), on the vision models of
+bench/models.py and bench/zoo.py and two text encoders (docs/design.md, "Pipelined inference").
+
+    .venv/bin/python bench/pipelined.py             # writes bench/pipelined_results.md
+    .venv/bin/python bench/pipelined.py --only mobilenetv3 --blocks 4
+
+Each model runs in a process of its own that holds both variants and alternates them in blocks
+of steps (a step: the eval model's no_grad forward, its output summed and read with `.item()`),
+since this machine's speed moves between processes by more than the differences measured. CPU
+eager is not in the process: its OpenMP team beside the host-kernel thread's makes libgomp
+throttle both (docs/design.md, "CPU eager after pjrt's host kernels"), which slowed pjrt's
+MobileNetV3 inference from ~3.5 to ~5 ms per step; bench/models.py compares with eager and
+inductor. Reported: median ms per step of each variant, the pieces per step, and the ratio.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+MODELS = ["resnet18", "mobilenetv3", "vit_tiny", "efficientnet_b0", "convnext_atto", "regnetx_002",
+          "deit_tiny", "mobilevit_xxs", "ghostnet_100", "densenet121", "bert", "distilbert"]
+VARIANTS = ("pipelined", "one")
+
+
+def build(name, device):
+    """The model's inference step on `device`: a function returning the summed output."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from torchvision_compat import ensure_torchvision_importable
+
+    ensure_torchvision_importable()
+    import real_models
+    import zoo_models
+
+    builders = {**real_models.TEXT_MODELS, **real_models.VISION_MODELS, **zoo_models.MODELS}
+    torch.manual_seed(0)
+    model, batch, _ = builders[name](device)
+    model.eval()
+    text = hasattr(model, "config")
+
+    def step():
+        with torch.no_grad():
+            out = model(input_ids=batch[0]) if text else model(batch[0])
+            return (out if torch.is_tensor(out) else out.logits).sum()
+
+    return step
+
+
+def run_variant(variant, steps, n, times=None):
+    """`n` steps of one variant, each reading its result; their times appended to `times`."""
+    import torch
+
+    default = torch.pjrt.pipelined_launch_nodes()
+    if variant == "one":
+        torch.pjrt.set_pipelined_launch_nodes(0)
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            steps[variant]().item()
+            if times is not None:
+                times.append(time.perf_counter() - t0)
+    finally:
+        torch.pjrt.set_pipelined_launch_nodes(default)
+
+
+def measure(name, blocks, per_block):
+    """Median seconds per step of each variant, alternating block by block, and pieces per step."""
+    import torch
+
+    pjrt_step = build(name, "pjrt")
+    steps = {"pipelined": pjrt_step, "one": pjrt_step}
+    for v in VARIANTS:  # compile both variants' programs before timing
+        run_variant(v, steps, 3)
+    before = torch.pjrt.metrics.counters()
+    run_variant("pipelined", steps, 1)
+    pieces = torch.pjrt.metrics.counters()["Executions"] - before["Executions"]
+    times = {v: [] for v in VARIANTS}
+    for b in range(blocks):
+        for v in (VARIANTS if b % 2 == 0 else VARIANTS[::-1]):
+            run_variant(v, steps, per_block, times[v])
+    return {**{v: statistics.median(t) for v, t in times.items()}, "pieces": pieces}
+
+
+def measure_in_child(name, blocks, per_block):
+    """`measure` in a fresh process (one JSON line on its stdout)."""
+    cmd = [sys.executable, __file__, "--child", name, "--blocks", str(blocks), "--steps-per-block", str(per_block)]
+    env = dict(os.environ, TORCH_PJRT_FALLBACK_WARNINGS="0")
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", nargs="*", default=MODELS)
+    parser.add_argument("--blocks", type=int, default=10)
+    parser.add_argument("--steps-per-block", type=int, default=20)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child, args.blocks, args.steps_per_block)))
+        return
+    rows = []
+    for name in args.only:
+        m = measure_in_child(name, args.blocks, args.steps_per_block)
+        row = (f"| {name} | {m['pieces']} | {m['pipelined'] * 1e3:.2f} | {m['one'] * 1e3:.2f} "
+               f"| {m['one'] / m['pipelined']:.2f} |")
+        print(row, flush=True)
+        rows.append(row)
+    text = [
+        "# Pipelined inference against one program per forward",
+        "",
+        f"Produced by `.venv/bin/python bench/pipelined.py` on {datetime.now():%Y-%m-%d %H:%M} "
+        f"({platform.machine()}, {os.cpu_count()} cores): each model in a process of its own, the two "
+        f"variants alternating in {args.blocks} blocks of {args.steps_per_block} no_grad forwards, each "
+        "reading its summed output; medians. Pipelined: the trace launched every "
+        "`torch.pjrt.pipelined_launch_nodes()` ops (the default; pieces: executions per step). One "
+        "program: `set_pipelined_launch_nodes(0)`, the forward launched at the read. The speedup is "
+        "the ratio of step times (above 1: pipelined is faster).",
+        "",
+        "| model | pieces | pipelined (ms) | one program (ms) | pipelined / one speedup |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+    if args.only == MODELS:
+        (ROOT / "pipelined_results.md").write_text("\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
