@@ -17,16 +17,15 @@ host kernels"); bench/models.py measures eager in a process of its own. Reported
 the ratios two launches / one program and two launches / eager.
 """
 
-import argparse
-import json
 import os
-import subprocess
 import platform
 import statistics
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
+
+from alternating import run_models
 
 ROOT = Path(__file__).resolve().parent
 MODELS = ["gpt2", "bert", "llama", "t5", "vit_tiny", "lstm", "resnet18", "mobilenetv3", "gpt_example"]
@@ -86,31 +85,17 @@ def measure(name, blocks, per_block):
     return {v: statistics.median(t) for v, t in times.items()}
 
 
-def measure_in_child(name, blocks, per_block):
-    """`measure` in a fresh process (one JSON line on its stdout)."""
-    cmd = [sys.executable, __file__, "--child", name, "--blocks", str(blocks), "--steps-per-block", str(per_block)]
-    env = dict(os.environ, TORCH_PJRT_FALLBACK_WARNINGS="0")
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+def row(name, m):
+    """The model's line of the results table."""
+    return (f"| {name} | {m['two'] * 1e3:.2f} | {m['one'] * 1e3:.2f} | {m['eager'] * 1e3:.2f} "
+            f"| {m['one'] / m['two']:.2f} | {m['eager'] / m['two']:.2f} | {m['eager'] / m['one']:.2f} |")
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--only", nargs="*", default=MODELS)
-    parser.add_argument("--blocks", type=int, default=12)
-    parser.add_argument("--steps-per-block", type=int, default=12)
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(measure(args.child, args.blocks, args.steps_per_block)))
+    ran = run_models(__file__, measure, MODELS, 12, 12, row)
+    if ran is None:
         return
-    rows = []
-    for name in args.only:
-        m = measure_in_child(name, args.blocks, args.steps_per_block)
-        row = (f"| {name} | {m['two'] * 1e3:.2f} | {m['one'] * 1e3:.2f} | {m['eager'] * 1e3:.2f} "
-               f"| {m['one'] / m['two']:.2f} | {m['eager'] / m['two']:.2f} | {m['eager'] / m['one']:.2f} |")
-        print(row, flush=True)
-        rows.append(row)
+    args, rows = ran
     text = [
         "# Two launches per lazy training step against one",
         "",

@@ -15,16 +15,15 @@ MobileNetV3 inference from ~3.5 to ~5 ms per step; bench/models.py compares with
 inductor. Reported: median ms per step of each variant, the pieces per step, and the ratio.
 """
 
-import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
+
+from alternating import run_models
 
 ROOT = Path(__file__).resolve().parent
 MODELS = ["resnet18", "mobilenetv3", "vit_tiny", "efficientnet_b0", "convnext_atto", "regnetx_002",
@@ -92,31 +91,17 @@ def measure(name, blocks, per_block):
     return {**{v: statistics.median(t) for v, t in times.items()}, "pieces": pieces}
 
 
-def measure_in_child(name, blocks, per_block):
-    """`measure` in a fresh process (one JSON line on its stdout)."""
-    cmd = [sys.executable, __file__, "--child", name, "--blocks", str(blocks), "--steps-per-block", str(per_block)]
-    env = dict(os.environ, TORCH_PJRT_FALLBACK_WARNINGS="0")
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+def row(name, m):
+    """The model's line of the results table."""
+    return (f"| {name} | {m['pieces']} | {m['pipelined'] * 1e3:.2f} | {m['one'] * 1e3:.2f} "
+            f"| {m['one'] / m['pipelined']:.2f} |")
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--only", nargs="*", default=MODELS)
-    parser.add_argument("--blocks", type=int, default=10)
-    parser.add_argument("--steps-per-block", type=int, default=20)
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(measure(args.child, args.blocks, args.steps_per_block)))
+    ran = run_models(__file__, measure, MODELS, 10, 20, row)
+    if ran is None:
         return
-    rows = []
-    for name in args.only:
-        m = measure_in_child(name, args.blocks, args.steps_per_block)
-        row = (f"| {name} | {m['pieces']} | {m['pipelined'] * 1e3:.2f} | {m['one'] * 1e3:.2f} "
-               f"| {m['one'] / m['pipelined']:.2f} |")
-        print(row, flush=True)
-        rows.append(row)
+    args, rows = ran
     text = [
         "# Pipelined inference against one program per forward",
         "",
