@@ -403,9 +403,10 @@ def pipelined_launch_nodes() -> int:
 
 
 def set_pipelined_launch_nodes(n: int) -> None:
-    """Ops per piece of a pipelined inference trace (0: off). Under ``torch.no_grad()`` or
-    ``torch.inference_mode()`` the pending trace is launched every `n` ops without waiting, so the
-    device runs its start while the rest is traced (default 100)."""
+    """Ops in the first piece of a pipelined inference trace (0: off; default 100). Under
+    ``torch.no_grad()`` or ``torch.inference_mode()`` the pending trace is launched in pieces as it
+    is traced, without waiting, so the device runs its start while the rest is traced; each later
+    piece is as long as the pieces before it together."""
     if int(n) < 0:
         raise ValueError(f"pipelined_launch_nodes must be >= 0 (0 turns pipelining off), got {n}")
     _C._set_pipelined_launch_nodes(int(n))

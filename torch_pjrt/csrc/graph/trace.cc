@@ -387,7 +387,7 @@ void NoteAutogradOp(int device) { Trace(device).records_autograd = true; }
 
 bool PipelinedLaunchDue(int device) {
   const DeviceTrace& trace = Trace(device);
-  return g_pipelined_launch_nodes > 0 && trace.op_nodes >= g_pipelined_launch_nodes &&
+  return g_pipelined_launch_nodes > 0 && trace.op_nodes >= std::max(g_pipelined_launch_nodes, trace.pipelined_nodes) &&
          trace.pipelined_nodes + trace.op_nodes <= kPipelinedTraceNodes && !trace.records_autograd &&
          !in_optimizer_step &&
          // A torch.compile capture and a device-graph capture each hold their whole region.

@@ -170,14 +170,16 @@ void SetMaxPendingNodes(int64_t n);
 bool TraceTooLarge(int device);
 
 // Pipelined launches (docs/design.md, "Pipelined inference"). A trace that records nothing for
-// autograd (inference under no_grad or inference_mode) is launched every kPipelinedLaunchNodes op
-// nodes without waiting, so that the device executes its start while the host traces the rest:
-// on the 2-core CPU plugin, models whose execution leaves a core idle (small convolutions run
-// serially) overlap it with the host's tracing. The pieces are counted from the last launch that
-// was not pipelined (a read, an optimizer step), so every step of an inference loop that reads its
-// result is cut at the same places and reuses the same programs; past kPipelinedTraceNodes from
-// there (a loop that does not read each step) nothing more is cut, which bounds how many
-// differently placed pieces such a loop compiles.
+// autograd (inference under no_grad or inference_mode) is launched in pieces without waiting, so
+// that the device executes its start while the host traces the rest: on the 2-core CPU plugin,
+// models whose execution leaves a core idle (small convolutions run serially) overlap it with the
+// host's tracing. The first piece is kPipelinedLaunchNodes op nodes, each later one as long as
+// those before it together (the first pieces start the device early; a long trace is not cut
+// into many, each cut costing XLA a fusion boundary). The pieces are counted from the last launch
+// that was not pipelined (a read, an optimizer step), so every step of an inference loop that
+// reads its result is cut at the same places and reuses the same programs; past
+// kPipelinedTraceNodes from there (a loop that does not read each step) nothing more is cut, which
+// bounds how many differently placed pieces such a loop compiles.
 constexpr int64_t kPipelinedLaunchNodes = 100;  // the default; 0 turns pipelining off
 constexpr int64_t kPipelinedTraceNodes = 1000;
 int64_t PipelinedLaunchNodes();
