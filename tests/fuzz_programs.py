@@ -1159,23 +1159,25 @@ def compare(name, a, e, line, strides=True, tol=(0.0, 0.0)):
         raise ValueMismatch(f"{where}: values differ at {(~ok).nonzero()[:6].tolist()}:\npjrt {ac}\ncpu  {e}")
 
 
-def run_pjrt(program):
-    """Runs the program's lines on pjrt; returns (namespace, error) like the CPU run."""
+def run_pjrt(program, context=contextlib.nullcontext):
+    """Runs the program's lines on pjrt, each inside `context()`; returns (namespace, error) like the
+    CPU run."""
     ns = namespace("pjrt")
     stop = len(program.lines) if program.error is None else program.error[0] + 1
     for i, line in enumerate(program.lines[:stop]):
         try:
-            with quiet():
+            with quiet(), context():
                 exec(line, ns)
         except Exception as e:  # noqa: BLE001
             return ns, (i, e)
     return ns, None
 
 
-def check(program):
-    """Raises Mismatch (with the program's source) where pjrt differs from CPU eager."""
+def check(program, context=contextlib.nullcontext):
+    """Raises Mismatch (with the program's source) where pjrt differs from CPU eager (its lines run
+    inside `context()` on pjrt)."""
     try:
-        _check(program)
+        _check(program, context)
     except Mismatch as m:
         raise Mismatch(f"{m}\n--- program ---\n{program.source()}") from None
     finally:
@@ -1191,8 +1193,8 @@ def deferred_error():
     return None
 
 
-def _check(program):
-    ns, err = run_pjrt(program)
+def _check(program, context):
+    ns, err = run_pjrt(program, context)
     if program.error is not None:
         i, cpu_e = program.error
         if err is None:
