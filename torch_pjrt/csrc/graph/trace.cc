@@ -387,7 +387,8 @@ void NoteAutogradOp(int device) { Trace(device).records_autograd = true; }
 
 bool PipelinedLaunchDue(int device) {
   const DeviceTrace& trace = Trace(device);
-  return g_pipelined_launch_nodes > 0 && trace.op_nodes >= std::max(g_pipelined_launch_nodes, trace.pipelined_nodes) &&
+  int64_t piece = std::max(g_pipelined_launch_nodes, trace.pipelined_nodes);  // as long as those before
+  return g_pipelined_launch_nodes > 0 && trace.op_nodes >= piece &&
          trace.pipelined_nodes + trace.op_nodes <= kPipelinedTraceNodes && !trace.records_autograd &&
          !in_optimizer_step &&
          // A torch.compile capture and a device-graph capture each hold their whole region.
