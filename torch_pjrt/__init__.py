@@ -121,9 +121,11 @@ def _launch_after_optimizer_steps():
     ``_C._launch_before_optimizer_step`` splits the region only where host kernels make up much of
     the backward.
 
-    During the step, zero-filled storages are read as device buffers (``_set_in_optimizer_step``):
+    During the step (``_set_in_optimizer_step``), zero-filled storages are read as device buffers:
     optimizer state made in the first step (Adam's ``zeros_like(param)``) is then a graph input
-    as in every later step, so the first and later steps compile one graph, not two.
+    as in every later step, so the first and later steps compile one graph, not two. And the
+    step's trace, made under no_grad, is not launched in pieces as inference is: its updates stay
+    one program.
     """
     def begin(optimizer, args, kwargs):
         if torch.compiler.is_compiling():
