@@ -6,8 +6,32 @@ line per model and prints a table row for it."""
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
+
+
+def run_steps(step, n, times=None):
+    """`n` calls of `step`, each reading its result with `.item()`; their times appended to `times`."""
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step().item()
+        if times is not None:
+            times.append(time.perf_counter() - t0)
+
+
+def median_step_times(variants, run, warmup, blocks, per_block):
+    """Median seconds per step of each variant. `run(variant, n, times)` runs `n` steps of it: first
+    `warmup` untimed steps of each (compiles), then `blocks` blocks of `per_block` steps, the
+    variants' order reversed every other block."""
+    for v in variants:
+        run(v, warmup, None)
+    times = {v: [] for v in variants}
+    for b in range(blocks):
+        for v in (variants if b % 2 == 0 else variants[::-1]):
+            run(v, per_block, times[v])
+    return {v: statistics.median(t) for v, t in times.items()}
 
 
 def run_models(script, measure, models, blocks, steps_per_block, row):

@@ -19,13 +19,11 @@ the ratios two launches / one program and two launches / eager.
 
 import os
 import platform
-import statistics
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
-from alternating import run_models
+from alternating import median_step_times, run_models, run_steps
 
 ROOT = Path(__file__).resolve().parent
 MODELS = ["gpt2", "bert", "llama", "t5", "vit_tiny", "lstm", "resnet18", "mobilenetv3", "gpt_example"]
@@ -59,30 +57,20 @@ def build(name, device):
     return real_models.adamw_training_step(builders[name](device))
 
 
-def run_variant(variant, steps, n, times=None):
-    """`n` steps of one variant, each reading its loss; their times appended to `times`."""
-    import torch_pjrt
-
-    torch_pjrt._launch_before_optimizer_step = variant != "one"
-    for _ in range(n):
-        t0 = time.perf_counter()
-        steps[variant]().item()
-        if times is not None:
-            times.append(time.perf_counter() - t0)
-    torch_pjrt._launch_before_optimizer_step = True
-
-
 def measure(name, blocks, per_block):
     """Median seconds per step of each variant, alternating block by block."""
+    import torch_pjrt
+
     pjrt_step = build(name, "pjrt")
     steps = {"two": pjrt_step, "one": pjrt_step, "eager": build(name, "cpu")}
-    for v in VARIANTS:  # compile both launch patterns' programs before timing
-        run_variant(v, steps, 4)
-    times = {v: [] for v in VARIANTS}
-    for b in range(blocks):
-        for v in (VARIANTS if b % 2 == 0 else VARIANTS[::-1]):
-            run_variant(v, steps, per_block, times[v])
-    return {v: statistics.median(t) for v, t in times.items()}
+
+    def run_variant(variant, n, times):
+        torch_pjrt._launch_before_optimizer_step = variant != "one"
+        run_steps(steps[variant], n, times)
+        torch_pjrt._launch_before_optimizer_step = True
+
+    # 4 warm-up steps compile both launch patterns' programs before timing.
+    return median_step_times(VARIANTS, run_variant, 4, blocks, per_block)
 
 
 def row(name, m):

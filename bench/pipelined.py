@@ -17,13 +17,11 @@ inductor. Reported: median ms per step of each variant, the pieces per step, and
 
 import os
 import platform
-import statistics
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
-from alternating import run_models
+from alternating import median_step_times, run_models, run_steps
 
 ROOT = Path(__file__).resolve().parent
 MODELS = ["resnet18", "mobilenetv3", "vit_tiny", "efficientnet_b0", "convnext_atto", "regnetx_002",
@@ -56,39 +54,26 @@ def build(name, device):
     return step
 
 
-def run_variant(variant, steps, n, times=None):
-    """`n` steps of one variant, each reading its result; their times appended to `times`."""
-    import torch
-
-    default = torch.pjrt.pipelined_launch_nodes()
-    if variant == "one":
-        torch.pjrt.set_pipelined_launch_nodes(0)
-    try:
-        for _ in range(n):
-            t0 = time.perf_counter()
-            steps[variant]().item()
-            if times is not None:
-                times.append(time.perf_counter() - t0)
-    finally:
-        torch.pjrt.set_pipelined_launch_nodes(default)
-
-
 def measure(name, blocks, per_block):
     """Median seconds per step of each variant, alternating block by block, and pieces per step."""
     import torch
 
-    pjrt_step = build(name, "pjrt")
-    steps = {"pipelined": pjrt_step, "one": pjrt_step}
-    for v in VARIANTS:  # compile both variants' programs before timing
-        run_variant(v, steps, 3)
+    step = build(name, "pjrt")
+    default = torch.pjrt.pipelined_launch_nodes()
+
+    def run_variant(variant, n, times):
+        torch.pjrt.set_pipelined_launch_nodes(default if variant == "pipelined" else 0)
+        try:
+            run_steps(step, n, times)
+        finally:
+            torch.pjrt.set_pipelined_launch_nodes(default)
+
+    # 3 warm-up steps compile both variants' programs before timing.
+    medians = median_step_times(VARIANTS, run_variant, 3, blocks, per_block)
     before = torch.pjrt.metrics.counters()
-    run_variant("pipelined", steps, 1)
+    run_variant("pipelined", 1, None)
     pieces = torch.pjrt.metrics.counters()["Executions"] - before["Executions"]
-    times = {v: [] for v in VARIANTS}
-    for b in range(blocks):
-        for v in (VARIANTS if b % 2 == 0 else VARIANTS[::-1]):
-            run_variant(v, steps, per_block, times[v])
-    return {**{v: statistics.median(t) for v, t in times.items()}, "pieces": pieces}
+    return {**medians, "pieces": pieces}
 
 
 def row(name, m):
