@@ -360,3 +360,32 @@ def test_cpu_plugin_sets_its_xla_flags_unless_the_user_chose(monkeypatch):
         print(repr(before), repr(os.environ["XLA_FLAGS"]))
     """, env={"XLA_FLAGS": ""}).stdout
     assert out.strip() == "'' '" + CPU_FLAGS + "'"
+
+
+XLA_POOL_SIZE = """
+    import os, torch
+    {setup}
+    torch.ones(1, device="pjrt").sum().item()
+    names = [open(f"/proc/self/task/{{t}}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    print(names.count("tf_XLAEigen"), torch.get_num_threads(), len(os.sched_getaffinity(0)))
+"""
+
+
+def xla_pool_size(setup="", env=None):
+    """XLA's worker threads in a fresh one-device process (XLA gives each device a thread at
+    least), torch's thread count there, and its CPUs."""
+    env = dict(env or {}, TORCH_PJRT_CPU_DEVICE_COUNT="1")
+    out = run_python(XLA_POOL_SIZE.format(setup=setup), env=env).stdout.split()
+    return tuple(int(v) for v in out)
+
+
+def test_the_cpu_plugins_pool_follows_torch_set_num_threads():
+    # XLA's pool gets no more threads than torch's intra-op pool (set before the first pjrt op),
+    # nor more than the CPUs the process may use (XLA's own default).
+    assert xla_pool_size("torch.set_num_threads(1)")[0] == 1
+    pool, threads, cpus = xla_pool_size()
+    assert pool == min(threads, cpus)
+    # A user's PJRT_NPROC wins; one inherited from a parent's torch_pjrt does not.
+    assert xla_pool_size("torch.set_num_threads(1)", env={"PJRT_NPROC": "2"})[0] == 2
+    pool, threads, cpus = xla_pool_size(env={"PJRT_NPROC": "1", "_TORCH_PJRT_OWN_PJRT_NPROC": "1"})
+    assert pool == min(threads, cpus)

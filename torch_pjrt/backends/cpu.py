@@ -64,8 +64,36 @@ def _set_xla_flags() -> None:
     os.environ["XLA_FLAGS"] = flags
 
 
+# Marks a PJRT_NPROC that _size_intra_op_pool set (children inherit the environment).
+_OWN_PJRT_NPROC = "_TORCH_PJRT_OWN_PJRT_NPROC"
+
+
+def _size_intra_op_pool() -> None:
+    """XLA's worker pool gets no more threads than torch's own intra-op pool.
+
+    XLA's CPU client sizes the pool that runs a program's kernels from ``PJRT_NPROC`` (or
+    ``NPROC``), else from the CPUs the process may run on, when the client starts. Torch's thread
+    count is what a user sets to share the machine (``torch.set_num_threads``, ``OMP_NUM_THREADS``,
+    which torchrun sets to 1 for several processes per host); the host kernels' OpenMP team already
+    follows it. A pool larger than it oversubscribes the cores, and on small programs one thread
+    is faster (docs/design.md, "XLA's pool size"). A user's own ``PJRT_NPROC``/``NPROC`` wins.
+    """
+    own = os.environ.get(_OWN_PJRT_NPROC)
+    if own is not None and own == os.environ.get("PJRT_NPROC"):
+        del os.environ["PJRT_NPROC"]  # set by torch_pjrt in a parent process, not by the user
+    if "PJRT_NPROC" in os.environ or "NPROC" in os.environ:
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if threads < cpus:
+        os.environ["PJRT_NPROC"] = os.environ[_OWN_PJRT_NPROC] = str(threads)
+
+
 def _configure_process() -> None:
     _set_xla_flags()
+    _size_intra_op_pool()
     # Device buffers are malloc'ed host memory: keep the large blocks XLA frees after each
     # execution in the heap for the next one (torch_pjrt/csrc/runtime/host_heap.cc says why).
     from torch_pjrt import _C
