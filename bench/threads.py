@@ -1,13 +1,14 @@
 """`torch.set_num_threads(1)` against the default thread count, on lazy pjrt and on CPU eager, for
-bench/models.py's real models. On the CPU plugin torch's thread count sizes XLA's worker pool as
-well as the host kernels' OpenMP team (`torch_pjrt/backends/cpu.py`, docs/design.md "XLA's pool
-size"), so on these tiny models it decides how XLA runs a program of a few hundred small kernels.
+bench/models.py's real models, and on pjrt `PJRT_NPROC=1` (XLA's pool alone on one thread). On
+the CPU plugin torch's thread count sizes XLA's worker pool as well as the host kernels' OpenMP
+team (`torch_pjrt/backends/cpu.py`, docs/design.md "XLA's pool size"), so on these tiny models it
+decides how XLA runs a program of a few hundred small kernels.
 
     .venv/bin/python bench/threads.py               # writes bench/threads_results.md
     .venv/bin/python bench/threads.py --only gpt2 --rounds 3
 
 The pool is fixed when the client starts, so each configuration runs in a process of its own:
-the four configurations of a model alternate, `--rounds` times, and each reports the median time
+the five configurations of a model alternate, `--rounds` times, and each reports the median time
 per step of `--seconds` of steps after warm-up (a training step: AdamW, the loss read with
 `.item()`; inference: the eval model's no_grad forward, summed and read). The table keeps the
 best round of each (this machine's speed moves between processes: bench/models.py).
@@ -25,17 +26,20 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-RUNS = [("gpt2", "train"), ("bert", "train"), ("llama", "train"), ("vit_tiny", "train"),
-        ("resnet18", "infer"), ("mobilenetv3", "infer")]
-CONFIGS = [("pjrt", 0), ("pjrt", 1), ("cpu", 0), ("cpu", 1)]  # (device, threads; 0: the default)
+RUNS = [("gpt2", "train"), ("bert", "train"), ("llama", "train"), ("t5", "train"), ("lstm", "train"),
+        ("vit_tiny", "train"), ("resnet18", "train"), ("mobilenetv3", "train"),
+        ("vit_tiny", "infer"), ("resnet18", "infer"), ("mobilenetv3", "infer")]
+# (device, threads): 0 the default, 1 torch.set_num_threads(1), "xla1" PJRT_NPROC=1 (XLA's pool of
+# one thread, the host kernels' OpenMP team left at torch's default).
+CONFIGS = [("pjrt", 0), ("pjrt", 1), ("pjrt", "xla1"), ("cpu", 0), ("cpu", 1)]
 
 
 def child(name, mode, device, threads, seconds):
     """Median seconds per step of one configuration, in this process."""
     import torch
 
-    if threads:
-        torch.set_num_threads(threads)  # before the first pjrt op: the client reads it at start
+    if threads == "1":
+        torch.set_num_threads(1)  # before the first pjrt op: the client reads it at start
     sys.path.insert(0, str(ROOT))
     from torchvision_compat import ensure_torchvision_importable
 
@@ -77,19 +81,21 @@ def measure(name, mode, rounds, seconds):
         for device, threads in CONFIGS:
             cmd = [sys.executable, __file__, "--child", name, mode, device, str(threads), "--seconds", str(seconds)]
             env = dict(os.environ, TORCH_PJRT_FALLBACK_WARNINGS="0")
+            if threads == "xla1":
+                env["PJRT_NPROC"] = "1"
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
             r = json.loads(out.strip().splitlines()[-1])
-            key = (device, threads)
+            key = (device, str(threads))
             best[key] = min(best.get(key, float("inf")), r["step_s"])
     return best
 
 
 def row(name, mode, best):
     ms = {k: v * 1e3 for k, v in best.items()}
-    eager = min(ms[("cpu", 0)], ms[("cpu", 1)])
-    return (f"| {name} | {mode} | {ms[('pjrt', 0)]:.2f} | {ms[('pjrt', 1)]:.2f} | {ms[('cpu', 0)]:.2f} "
-            f"| {ms[('cpu', 1)]:.2f} | {ms[('pjrt', 0)] / ms[('pjrt', 1)]:.2f} | {ms[('cpu', 0)] / ms[('pjrt', 0)]:.2f} "
-            f"| {eager / ms[('pjrt', 1)]:.2f} |")
+    pjrt, one, xla1 = ms[("pjrt", "0")], ms[("pjrt", "1")], ms[("pjrt", "xla1")]
+    eager = min(ms[("cpu", "0")], ms[("cpu", "1")])
+    return (f"| {name} | {mode} | {pjrt:.2f} | {one:.2f} | {xla1:.2f} | {ms[('cpu', '0')]:.2f} | {ms[('cpu', '1')]:.2f} "
+            f"| {pjrt / one:.2f} | {pjrt / xla1:.2f} | {ms[('cpu', '0')] / pjrt:.2f} | {eager / min(pjrt, one, xla1):.2f} |")
 
 
 def main():
@@ -101,7 +107,7 @@ def main():
     args = parser.parse_args()
     if args.child:
         name, mode, device, threads = args.child
-        print(json.dumps(child(name, mode, device, int(threads), args.seconds)))
+        print(json.dumps(child(name, mode, device, threads, args.seconds)))
         return
     runs = [r for r in RUNS if not args.only or r[0] in args.only]
     rows = []
@@ -113,14 +119,16 @@ def main():
         "",
         f"Produced by `.venv/bin/python bench/threads.py` on {datetime.now():%Y-%m-%d %H:%M} "
         f"({platform.machine()}, {os.cpu_count()} cores, torch's default {_default_threads()} threads): "
-        f"each configuration in a process of its own, the four of a model alternating over {args.rounds} "
+        f"each configuration in a process of its own, the five of a model alternating over {args.rounds} "
         f"rounds; median ms per step over {args.seconds:g} s of steps, the best round's. `1 thread`: "
         "`torch.set_num_threads(1)` before the model is built (on pjrt, XLA's worker pool and the host "
-        "kernels' OpenMP team then have one thread). Speedups are ratios of step times (above 1: faster).",
+        "kernels' OpenMP team then have one thread). `PJRT_NPROC=1`: XLA's pool alone has one thread. "
+        "Speedups are ratios of step times (above 1: faster); the last column sets pjrt's best "
+        "configuration against eager's.",
         "",
-        "| model | mode | pjrt (ms) | pjrt, 1 thread (ms) | eager (ms) | eager, 1 thread (ms) "
-        "| pjrt 1 thread / default speedup | pjrt / eager (defaults) | pjrt 1 thread / best eager |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | mode | pjrt (ms) | pjrt, 1 thread (ms) | pjrt, PJRT_NPROC=1 (ms) | eager (ms) | eager, 1 thread (ms) "
+        "| pjrt 1 thread / default | pjrt PJRT_NPROC=1 / default | pjrt / eager (defaults) | best pjrt / best eager |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ]
