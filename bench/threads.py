@@ -74,19 +74,24 @@ def child(name, mode, device, threads, seconds):
     return {"step_s": statistics.median(times), "threads": torch.get_num_threads()}
 
 
+def _child(name, mode, device, threads, seconds):
+    """One configuration's result, from a fresh process (XLA's pool is fixed when its client starts)."""
+    cmd = [sys.executable, __file__, "--child", name, mode, device, str(threads), "--seconds", str(seconds)]
+    env = dict(os.environ, TORCH_PJRT_FALLBACK_WARNINGS="0")
+    if threads == "xla1":
+        env["PJRT_NPROC"] = "1"
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def measure(name, mode, rounds, seconds):
-    """The best (lowest) median step time of each configuration over `rounds` alternating rounds."""
+    """The best (lowest) median step time of each configuration, over `rounds` rounds that each run
+    every configuration once (configurations interleaved, not one after another)."""
     best = {}
     for _ in range(rounds):
         for device, threads in CONFIGS:
-            cmd = [sys.executable, __file__, "--child", name, mode, device, str(threads), "--seconds", str(seconds)]
-            env = dict(os.environ, TORCH_PJRT_FALLBACK_WARNINGS="0")
-            if threads == "xla1":
-                env["PJRT_NPROC"] = "1"
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
             key = (device, str(threads))
-            best[key] = min(best.get(key, float("inf")), r["step_s"])
+            best[key] = min(best.get(key, float("inf")), _child(name, mode, device, threads, seconds)["step_s"])
     return best
 
 

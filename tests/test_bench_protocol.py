@@ -64,3 +64,22 @@ def test_run_keeps_the_better_rate_and_time_and_the_first_compile_and_memory():
 @pytest.mark.parametrize("key", sorted(run.BEST_OF_TWO))
 def test_run_best_of_two_covers_only_metrics_the_tables_show(key):
     assert key in {row[2] for row in run.ROWS}
+
+
+def test_threads_configurations_interleave_and_keep_the_best_time(monkeypatch):
+    import threads  # bench/threads.py
+
+    calls, times = [], iter([3.0, 2.0, 2.5, 4.0, 5.0, 2.0, 3.0, 1.5, 3.5, 6.0])
+
+    def child(name, mode, device, threads_, seconds):
+        calls.append((device, threads_))
+        return {"step_s": next(times)}
+    monkeypatch.setattr(threads, "_child", child)
+    best = threads.measure("gpt2", "train", rounds=2, seconds=1.0)
+    assert calls == threads.CONFIGS * 2  # round by round: every configuration once per round
+    assert best == {("pjrt", "0"): 2.0, ("pjrt", "1"): 2.0, ("pjrt", "xla1"): 1.5, ("cpu", "0"): 3.5,
+                    ("cpu", "1"): 5.0}
+    row = threads.row("gpt2", "train", best)
+    # pjrt's default against one thread and against PJRT_NPROC=1; eager's default against pjrt's;
+    # pjrt's best against eager's best.
+    assert row.endswith("| 1.00 | 1.33 | 1.75 | 2.33 |"), row
