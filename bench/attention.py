@@ -13,13 +13,12 @@ replay of the same step (execution only), each with the speedup math / fused.
 
 import argparse
 import contextlib
-import os
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
+
+from results_page import results_page
 
 ROOT = Path(__file__).resolve().parent
 MODELS = ["gpt2", "bert", "llama", "t5", "vit_tiny"]
@@ -91,22 +90,15 @@ def main():
                f"| {graph['math'] * 1e3:.2f} | {graph['fused'] * 1e3:.2f} | {graph['math'] / graph['fused']:.2f} |")
         print(row, flush=True)
         rows.append(row)
-    text = [
-        "# Fused attention against torch's math path",
-        "",
-        f"Produced by `.venv/bin/python bench/attention.py` on {datetime.now():%Y-%m-%d %H:%M} "
-        f"({platform.machine()}, {os.cpu_count()} cores): each model in one process, the two "
-        f"variants alternating in {args.blocks} blocks of {args.steps_per_block} training steps (AdamW), "
-        "medians. Lazy: the traced step and its executions. Graph: the same step replayed by "
-        "torch.accelerator.Graph (execution only). Speedup: math / fused.",
-        "",
-        "| model | lazy math (ms) | lazy fused (ms) | speedup | graph math (ms) | graph fused (ms) | speedup |",
-        "|---|---|---|---|---|---|---|",
-        *rows,
-        "",
-    ]
+    text = results_page(
+        "Fused attention against torch's math path", "attention.py",
+        f"each model in one process, the two variants alternating in {args.blocks} blocks of "
+        f"{args.steps_per_block} training steps (AdamW), medians. Lazy: the traced step and its executions. "
+        "Graph: the same step replayed by torch.accelerator.Graph (execution only). Speedup: math / fused.",
+        ["model", "lazy math (ms)", "lazy fused (ms)", "speedup", "graph math (ms)", "graph fused (ms)", "speedup"],
+        rows)
     if args.only == MODELS:
-        (ROOT / "attention_results.md").write_text("\n".join(text))
+        (ROOT / "attention_results.md").write_text(text)
 
 
 if __name__ == "__main__":

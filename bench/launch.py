@@ -17,13 +17,11 @@ host kernels"); bench/models.py measures eager in a process of its own. Reported
 the ratios two launches / one program and two launches / eager.
 """
 
-import os
-import platform
 import sys
-from datetime import datetime
 from pathlib import Path
 
 from alternating import median_step_times, run_models, run_steps
+from results_page import results_page
 
 ROOT = Path(__file__).resolve().parent
 MODELS = ["gpt2", "bert", "llama", "t5", "vit_tiny", "lstm", "resnet18", "mobilenetv3", "gpt_example"]
@@ -84,24 +82,18 @@ def main():
     if ran is None:
         return
     args, rows = ran
-    text = [
-        "# Two launches per lazy training step against one",
-        "",
-        f"Produced by `.venv/bin/python bench/launch.py` on {datetime.now():%Y-%m-%d %H:%M} "
-        f"({platform.machine()}, {os.cpu_count()} cores): each model in a process of its own, the three "
-        f"variants alternating in {args.blocks} blocks of {args.steps_per_block} AdamW training steps, "
-        "each step reading its loss; medians. Two launches: the forward and backward launched as "
-        "`optimizer.step()` begins, the updates as it ends (the default). One program: the whole "
-        "step launched as `optimizer.step()` ends. Speedup columns are ratios of step times.",
-        "",
-        "| model | two launches (ms) | one program (ms) | CPU eager (ms) | two / one speedup "
-        "| two launches / eager | one program / eager |",
-        "|---|---|---|---|---|---|---|",
-        *rows,
-        "",
-    ]
+    text = results_page(
+        "Two launches per lazy training step against one", "launch.py",
+        f"each model in a process of its own, the three variants alternating in {args.blocks} blocks of "
+        f"{args.steps_per_block} AdamW training steps, each step reading its loss; medians. Two launches: the "
+        "forward and backward launched as `optimizer.step()` begins, the updates as it ends (the default). "
+        "One program: the whole step launched as `optimizer.step()` ends. Speedup columns are ratios of "
+        "step times.",
+        ["model", "two launches (ms)", "one program (ms)", "CPU eager (ms)", "two / one speedup",
+         "two launches / eager", "one program / eager"],
+        rows)
     if args.only == MODELS:
-        (ROOT / "launch_results.md").write_text("\n".join(text))
+        (ROOT / "launch_results.md").write_text(text)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,11 @@ MobileNetV3 inference from ~3.5 to ~5 ms per step; bench/models.py compares with
 inductor. Reported: median ms per step of each variant, the pieces per step, and the ratio.
 """
 
-import os
-import platform
 import sys
-from datetime import datetime
 from pathlib import Path
 
 from alternating import median_step_times, run_models, run_steps
+from results_page import results_page
 
 ROOT = Path(__file__).resolve().parent
 MODELS = ["resnet18", "mobilenetv3", "vit_tiny", "efficientnet_b0", "convnext_atto", "regnetx_002",
@@ -87,24 +85,17 @@ def main():
     if ran is None:
         return
     args, rows = ran
-    text = [
-        "# Pipelined inference against one program per forward",
-        "",
-        f"Produced by `.venv/bin/python bench/pipelined.py` on {datetime.now():%Y-%m-%d %H:%M} "
-        f"({platform.machine()}, {os.cpu_count()} cores): each model in a process of its own, the two "
-        f"variants alternating in {args.blocks} blocks of {args.steps_per_block} no_grad forwards, each "
-        "reading its summed output; medians. Pipelined: the trace launched every "
-        "`torch.pjrt.pipelined_launch_nodes()` ops (the default; pieces: executions per step). One "
-        "program: `set_pipelined_launch_nodes(0)`, the forward launched at the read. The speedup is "
-        "the ratio of step times (above 1: pipelined is faster).",
-        "",
-        "| model | pieces | pipelined (ms) | one program (ms) | pipelined / one speedup |",
-        "|---|---|---|---|---|",
-        *rows,
-        "",
-    ]
+    text = results_page(
+        "Pipelined inference against one program per forward", "pipelined.py",
+        f"each model in a process of its own, the two variants alternating in {args.blocks} blocks of "
+        f"{args.steps_per_block} no_grad forwards, each reading its summed output; medians. Pipelined: the "
+        "trace launched every `torch.pjrt.pipelined_launch_nodes()` ops (the default; pieces: executions "
+        "per step). One program: `set_pipelined_launch_nodes(0)`, the forward launched at the read. The "
+        "speedup is the ratio of step times (above 1: pipelined is faster).",
+        ["model", "pieces", "pipelined (ms)", "one program (ms)", "pipelined / one speedup"],
+        rows)
     if args.only == MODELS:
-        (ROOT / "pipelined_results.md").write_text("\n".join(text))
+        (ROOT / "pipelined_results.md").write_text(text)
 
 
 if __name__ == "__main__":

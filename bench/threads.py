@@ -17,13 +17,13 @@ best round of each (this machine's speed moves between processes: bench/models.p
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
+
+from results_page import results_page
 
 ROOT = Path(__file__).resolve().parent
 RUNS = [("gpt2", "train"), ("bert", "train"), ("llama", "train"), ("t5", "train"), ("lstm", "train"),
@@ -119,26 +119,20 @@ def main():
     for name, mode in runs:
         rows.append(row(name, mode, measure(name, mode, args.rounds, args.seconds)))
         print(rows[-1], flush=True)
-    text = [
-        "# One thread against the default, lazy pjrt and CPU eager",
-        "",
-        f"Produced by `.venv/bin/python bench/threads.py` on {datetime.now():%Y-%m-%d %H:%M} "
-        f"({platform.machine()}, {os.cpu_count()} cores, torch's default {_default_threads()} threads): "
+    text = results_page(
+        "One thread against the default, lazy pjrt and CPU eager", "threads.py",
         f"each configuration in a process of its own, the five of a model alternating over {args.rounds} "
         f"rounds; median ms per step over {args.seconds:g} s of steps, the best round's. `1 thread`: "
         "`torch.set_num_threads(1)` before the model is built (on pjrt, XLA's worker pool and the host "
         "kernels' OpenMP team then have one thread). `PJRT_NPROC=1`: XLA's pool alone has one thread. "
         "Speedups are ratios of step times (above 1: faster); the last column sets pjrt's best "
         "configuration against eager's.",
-        "",
-        "| model | mode | pjrt (ms) | pjrt, 1 thread (ms) | pjrt, PJRT_NPROC=1 (ms) | eager (ms) | eager, 1 thread (ms) "
-        "| pjrt 1 thread / default | pjrt PJRT_NPROC=1 / default | pjrt / eager (defaults) | best pjrt / best eager |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
-        "",
-    ]
+        ["model", "mode", "pjrt (ms)", "pjrt, 1 thread (ms)", "pjrt, PJRT_NPROC=1 (ms)", "eager (ms)",
+         "eager, 1 thread (ms)", "pjrt 1 thread / default", "pjrt PJRT_NPROC=1 / default",
+         "pjrt / eager (defaults)", "best pjrt / best eager"],
+        rows, machine_extra=f", torch's default {_default_threads()} threads")
     if not args.only:
-        (ROOT / "threads_results.md").write_text("\n".join(text))
+        (ROOT / "threads_results.md").write_text(text)
 
 
 def _default_threads():
