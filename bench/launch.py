@@ -1,20 +1,23 @@
-"""Where a lazy training step launches: the forward and backward as `optimizer.step()` begins and
-the updates as it ends (two executions, the default since 2026-11-28), against the whole step as
-one program launched at the end (`torch_pjrt._launch_before_optimizer_step = False`), and CPU
-eager, on bench/models.py's training workloads plus the GPT example (docs/design.md, "The
+"""Where a lazy training step launches: the forward as its backward begins, the backward as
+`optimizer.step()` begins and the updates as it ends (three executions, the default since
+2026-11-29), against the forward and backward as one program launched as `optimizer.step()`
+begins (two executions, `torch.pjrt.set_launch_forward_at_backward(False)`: the default from
+2026-11-28), the whole step as one program launched at its end (also
+`torch_pjrt._launch_before_optimizer_step = False`), and CPU eager, on bench/models.py's training
+workloads plus the GPT example (docs/design.md, "The forward as a program of its own" and "The
 optimizer step as a program of its own").
 
     .venv/bin/python bench/launch.py                # writes bench/launch_results.md
     .venv/bin/python bench/launch.py --only bert --blocks 4
 
-Each model runs in a process of its own that holds all three variants and alternates them in
+Each model runs in a process of its own that holds all four variants and alternates them in
 blocks of steps, each step reading its loss: across processes this machine's steps/s moved by up
 to 2x between runs, more than the differences measured (and CPU eager ran 2-4x slower for some
 models in a process that had run other models on pjrt before). The eager column is slowed where
 the model has convolutions (ViT-tiny's patch embedding, ResNet-18, MobileNetV3): pjrt's host
 kernels start an OpenMP team, which throttles eager's (docs/design.md, "CPU eager after pjrt's
-host kernels"); bench/models.py measures eager in a process of its own. Reported: median ms per step of each, and
-the ratios two launches / one program and two launches / eager.
+host kernels"); bench/models.py measures eager in a process of its own. Reported: median ms per
+step of each, and the ratios three launches / two, two / one, and three / eager.
 """
 
 import sys
@@ -25,7 +28,7 @@ from results_page import results_page
 
 ROOT = Path(__file__).resolve().parent
 MODELS = ["gpt2", "bert", "llama", "t5", "vit_tiny", "lstm", "resnet18", "mobilenetv3", "gpt_example"]
-VARIANTS = ("two", "one", "eager")
+VARIANTS = ("three", "two", "one", "eager")
 
 
 def gpt_example(device):
@@ -59,22 +62,29 @@ def measure(name, blocks, per_block):
     """Median seconds per step of each variant, alternating block by block."""
     import torch_pjrt
 
+    import torch
+
     pjrt_step = build(name, "pjrt")
-    steps = {"two": pjrt_step, "one": pjrt_step, "eager": build(name, "cpu")}
+    steps = {"three": pjrt_step, "two": pjrt_step, "one": pjrt_step, "eager": build(name, "cpu")}
 
     def run_variant(variant, n, times):
+        torch.pjrt.set_launch_forward_at_backward(variant == "three")
         torch_pjrt._launch_before_optimizer_step = variant != "one"
-        run_steps(steps[variant], n, times)
-        torch_pjrt._launch_before_optimizer_step = True
+        try:
+            run_steps(steps[variant], n, times)
+        finally:
+            torch.pjrt.set_launch_forward_at_backward(True)
+            torch_pjrt._launch_before_optimizer_step = True
 
-    # 4 warm-up steps compile both launch patterns' programs before timing.
+    # 4 warm-up steps compile every launch pattern's programs before timing.
     return median_step_times(VARIANTS, run_variant, 4, blocks, per_block)
 
 
 def row(name, m):
     """The model's line of the results table."""
-    return (f"| {name} | {m['two'] * 1e3:.2f} | {m['one'] * 1e3:.2f} | {m['eager'] * 1e3:.2f} "
-            f"| {m['one'] / m['two']:.2f} | {m['eager'] / m['two']:.2f} | {m['eager'] / m['one']:.2f} |")
+    return (f"| {name} | {m['three'] * 1e3:.2f} | {m['two'] * 1e3:.2f} | {m['one'] * 1e3:.2f} "
+            f"| {m['eager'] * 1e3:.2f} | {m['two'] / m['three']:.2f} | {m['one'] / m['two']:.2f} "
+            f"| {m['eager'] / m['three']:.2f} | {m['eager'] / m['two']:.2f} |")
 
 
 def main():
@@ -83,14 +93,15 @@ def main():
         return
     args, rows = ran
     text = results_page(
-        "Two launches per lazy training step against one", "launch.py",
-        f"each model in a process of its own, the three variants alternating in {args.blocks} blocks of "
-        f"{args.steps_per_block} AdamW training steps, each step reading its loss; medians. Two launches: the "
-        "forward and backward launched as `optimizer.step()` begins, the updates as it ends (the default). "
-        "One program: the whole step launched as `optimizer.step()` ends. Speedup columns are ratios of "
-        "step times.",
-        ["model", "two launches (ms)", "one program (ms)", "CPU eager (ms)", "two / one speedup",
-         "two launches / eager", "one program / eager"],
+        "Launches per lazy training step", "launch.py",
+        f"each model in a process of its own, the four variants alternating in {args.blocks} blocks of "
+        f"{args.steps_per_block} AdamW training steps, each step reading its loss; medians. Three launches: "
+        "the forward as its backward begins, the backward as `optimizer.step()` begins, the updates as it "
+        "ends (the default). Two launches: the forward and backward launched as `optimizer.step()` begins, "
+        "the updates as it ends (`torch.pjrt.set_launch_forward_at_backward(False)`). One program: the whole "
+        "step launched as `optimizer.step()` ends. Speedup columns are ratios of step times.",
+        ["model", "three launches (ms)", "two launches (ms)", "one program (ms)", "CPU eager (ms)",
+         "three / two speedup", "two / one speedup", "three launches / eager", "two launches / eager"],
         rows)
     if args.only == MODELS:
         (ROOT / "launch_results.md").write_text(text)

@@ -78,8 +78,9 @@ class Counters:
 
 
 def step_launches(c):
-    """A lazy training step's executions by cause: (all, before_optimizer_step, optimizer_step).
-    The forward and backward launch as `optimizer.step()` begins and the updates as it ends
-    (docs/design.md, "The optimizer step as a program of its own"), so a step that nothing else
-    syncs is (2, 1, 1)."""
-    return c["Executions"], c["Sync::before_optimizer_step"], c["Sync::optimizer_step"]
+    """A lazy training step's executions by cause: (all, backward, before_optimizer_step,
+    optimizer_step). The forward launches as its backward begins, the backward as
+    `optimizer.step()` begins and the updates as it ends (docs/design.md, "The forward as a program
+    of its own" and "The optimizer step as a program of its own"), so a step that nothing else
+    syncs is (3, 1, 1, 1)."""
+    return c["Executions"], c["Sync::backward"], c["Sync::before_optimizer_step"], c["Sync::optimizer_step"]

@@ -65,9 +65,10 @@ def test_grad_scaler_float16_matches_cpu_without_extra_syncs(fused):
     assert lowered.get("_amp_update_scale", 0) >= 1
     for c in counts[3:]:
         # GradScaler's own found_inf.item() (none with a fused optimizer, which takes found_inf
-        # itself) plus our synchronize(): nothing else waits. (optimizer.step() launches the
-        # pending graph as it begins and its own as it ends, without waiting; not counted here.)
-        launches = ("Sync::before_optimizer_step", "Sync::optimizer_step")
+        # itself) plus our synchronize(): nothing else waits. (The backward launches the forward
+        # as it begins, optimizer.step() the pending graph as it begins and its own as it ends,
+        # all without waiting; not counted here.)
+        launches = ("Sync::backward", "Sync::before_optimizer_step", "Sync::optimizer_step")
 
         def waits(counters):
             return sum(v for k, v in counters.items() if k.startswith("Sync::") and k not in launches)

@@ -153,7 +153,9 @@ def test_gradient_accumulation_matches_one_big_batch():
                 loss = torch.nn.functional.mse_loss(model(xs), ts) / 3
                 loss.backward()
         if device == "pjrt":
-            assert c["Executions"] == 0  # forward and backward of all three are traced, not run
+            # Each forward launches as its backward begins (with the backward before it); the
+            # last backward stays traced.
+            assert c["Executions"] == 3 and c["Sync::backward"] == 3
         accumulated = [g.clone() for g in grads(model.parameters())]
         model.zero_grad()
         torch.nn.functional.mse_loss(model(x), target).backward()
@@ -163,17 +165,56 @@ def test_gradient_accumulation_matches_one_big_batch():
     torch.testing.assert_close(accumulated, big)
 
 
-def test_forward_and_backward_are_one_graph():
+def test_the_forward_launches_as_its_backward_begins():
     model = mlp("pjrt", dropout=0.2)
     x = data("pjrt", 8, 6)
     executions = torch.pjrt.metrics.counter("Executions")
     with Counters() as c:
         loss = model(x).square().mean()
+        assert torch.pjrt.metrics.counter("Executions") == executions  # the forward is traced
         loss.backward()
-        assert torch.pjrt.metrics.counter("Executions") == executions
+        # The forward ran (or runs) while the backward was traced; the backward is pending.
+        assert torch.pjrt.metrics.counter("Executions") == executions + 1
         values = [loss.detach(), *grads(model.parameters())]
         torch.pjrt.synchronize()
-    assert c["Executions"] == 1 and c["FallbackOps"] == 0
+    assert c["Executions"] == 2 and c["Sync::backward"] == 1 and c["FallbackOps"] == 0
+    assert all(torch.isfinite(v).all() for v in to_cpu(values))
+
+
+def test_a_read_waits_only_for_the_index_checks_that_guard_its_value():
+    # The forward launches as the backward begins and does not wait for index checks; its checks
+    # guard the loss (computed from the embedding). A value computed before reads without settling
+    # them (the bad index is not its problem); the loss's read raises it, CPU's error type, and the
+    # next launch would have raised it too.
+    emb = torch.nn.Embedding(5, 3).to("pjrt")
+    earlier = torch.ones(2, device="pjrt") * 2
+    earlier.cpu()  # computed and read: a buffer now
+    loss = emb(torch.tensor([0, 7]).to("pjrt")).sum()
+    loss.backward()  # launches the forward, checks pending
+    assert earlier.cpu().tolist() == [2.0, 2.0]
+    with pytest.raises(IndexError, match="index 7 is out of bounds"):
+        loss.item()
+    with pytest.raises(IndexError, match="embedding_dense_backward"):
+        torch.pjrt.synchronize()  # the backward, still traced, checks the indices again
+    assert (torch.ones(1, device="pjrt") + 1).item() == 2.0  # the device keeps working
+
+
+def test_without_the_backward_launch_forward_and_backward_are_one_graph():
+    model = mlp("pjrt", dropout=0.2)
+    x = data("pjrt", 8, 6)
+    executions = torch.pjrt.metrics.counter("Executions")
+    assert torch.pjrt.launch_forward_at_backward()
+    torch.pjrt.set_launch_forward_at_backward(False)
+    try:
+        with Counters() as c:
+            loss = model(x).square().mean()
+            loss.backward()
+            assert torch.pjrt.metrics.counter("Executions") == executions
+            values = [loss.detach(), *grads(model.parameters())]
+            torch.pjrt.synchronize()
+    finally:
+        torch.pjrt.set_launch_forward_at_backward(True)
+    assert c["Executions"] == 1 and c["Sync::backward"] == 0 and c["FallbackOps"] == 0
     assert all(torch.isfinite(v).all() for v in to_cpu(values))
 
 
@@ -352,7 +393,7 @@ def test_retain_grad_of_non_leaf():
 
 # the executions of a training step -------------------------------------------------------------
 
-def test_training_step_with_dropout_and_adamw_runs_its_two_cached_programs():
+def test_training_step_with_dropout_and_adamw_runs_its_three_cached_programs():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Dropout(0.1),
                                 torch.nn.Linear(32, 32), torch.nn.GELU(), torch.nn.Dropout(0.1),
@@ -369,7 +410,7 @@ def test_training_step_with_dropout_and_adamw_runs_its_two_cached_programs():
             losses.append(loss.item())
         assert c["FallbackOps"] == 0, torch.pjrt.metrics.counters()
         if step >= 2:  # after warm-up
-            assert step_launches(c) == (2, 1, 1), c.after  # forward and backward, then AdamW
+            assert step_launches(c) == (3, 1, 1, 1), c.after  # forward and backward, then AdamW
             assert c["GraphsCompiled"] == 0
     assert losses[-1] < losses[0]
 
@@ -411,7 +452,7 @@ def test_custom_op_forward_backward_match_cpu_without_fallback(doc_ops, api):
         y, grad = to_cpu(program("pjrt", op))
         assert torch.pjrt.metrics.lowered().get("tanh", 0) > lowered  # the pjrt kernel was traced
     assert c["FallbackOps"] == 0 and c.after.get(qualname, 0) == c.before.get(qualname, 0)
-    assert c["Executions"] == 1  # forward and backward, one graph
+    assert c["Executions"] == 2  # the forward as the backward began, then the backward
     expected_y, expected_grad = to_cpu(program("cpu", op))  # the op's CPU kernel and autograd
     torch.testing.assert_close(y, expected_y)
     torch.testing.assert_close(grad, expected_grad)
@@ -444,7 +485,7 @@ def test_custom_op_in_a_training_step_runs_no_fallback_and_no_extra_execution(do
             loss.item()
         assert c["FallbackOps"] == 0
         if step >= 2:
-            assert step_launches(c) == (2, 1, 1) and c["GraphsCompiled"] == 0
+            assert step_launches(c) == (3, 1, 1, 1) and c["GraphsCompiled"] == 0
 
 
 def test_custom_op_without_pjrt_kernel_is_reported_as_a_fallback():

@@ -411,3 +411,40 @@ def test_flushes_denormals_matches_the_device():
             assert (tiny > 0).tolist() == positive
         finally:
             torch.set_flush_denormal(False)
+
+
+READS = """
+import json
+import torch
+c0 = torch.pjrt.metrics.counters()
+values = {}
+for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool, torch.complex64):
+    x = (torch.arange(12).reshape(3, 4) % 5).to(dtype)
+    y = x.to("pjrt") * 2 if dtype != torch.bool else ~x.to("pjrt")
+    expected = x * 2 if dtype != torch.bool else ~x
+    values[str(dtype)] = torch.equal(y.cpu(), expected) and torch.equal(y.t().cpu(), expected.t())
+values["item"] = (torch.ones((), device="pjrt") * 3).item() == 3.0
+values["empty"] = torch.zeros(0, 3, device="pjrt").cpu().shape == (0, 3)
+c1 = torch.pjrt.metrics.counters()
+print("RESULT " + json.dumps({"values": values, "transfers": c1["TransfersFromDevice"] - c0["TransfersFromDevice"],
+                              "direct": c1["DirectTransfersFromDevice"] - c0["DirectTransfersFromDevice"],
+                              "capability": torch.pjrt.capabilities()["host_memory"]}))
+"""
+
+
+@pytest.mark.parametrize("host_memory", [True, False])
+def test_reads_copy_finished_buffers_directly_where_device_memory_is_host_memory(host_memory):
+    # host_memory: every read copies the buffer's bytes itself once its program has finished
+    # (docs/design.md, "Reads of finished buffers"); without it every read is the plugin's transfer.
+    # The values are the same either way, every dtype, transposed reads and scalars included.
+    result, _ = run_with_capabilities(READS, {"host_memory": host_memory})
+    assert result["capability"] is host_memory
+    assert all(result["values"].values()), result["values"]
+    assert result["transfers"] >= 13
+    assert result["direct"] == (result["transfers"] if host_memory else 0)
+
+
+def test_the_cpu_plugin_declares_host_memory():
+    import torch
+
+    assert torch.pjrt.capabilities()["host_memory"] is True

@@ -62,7 +62,7 @@ def make_convnet():
                                torch.nn.Conv2d(8, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 12 * 12, 2))
 
 
-def test_a_step_of_host_kernels_replays_as_two_programs_like_the_lazy_step():
+def test_a_step_of_host_kernels_replays_as_two_programs_split_where_the_lazy_step_is():
     """Where a backward is mostly host kernels (convolutions), the lazy step launches it before the
     optimizer's step (the two compete for the cores as one program); a captured step is then two
     programs, replayed in order, with the forward's dropout drawing as the lazy step's does."""

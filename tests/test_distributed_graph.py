@@ -103,7 +103,7 @@ def test_collective_programs_run_on_four_replicas():
         assert f"ok {case}\n" in proc.stdout, proc.stdout
 
 
-def test_collectives_enter_the_graph_and_a_ddp_step_is_two_launches():
+def test_collectives_enter_the_graph_and_a_ddp_step_is_three_launches():
     out = run_python("""
         import torch, torch.distributed as dist, torch.nn as nn
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -153,10 +153,10 @@ def test_collectives_enter_the_graph_and_a_ddp_step_is_two_launches():
     """, env=GRAPH_PLUGIN_ENV)
     result = json.loads(out.stdout.split("RESULT ")[-1])
     steps, line = result["executions"], out.stdout
-    # From the third step on, forward, backward and the gradient all-reduce are one program and
-    # SGD's updates another, as in any lazy step (the second step also runs DDP's one-time bucket
-    # rebuild, which reads bucket sizes back).
-    assert steps[2:] == [2, 2, 2], line
+    # From the third step on, the forward is one program, the backward with the gradient
+    # all-reduce another and SGD's updates a third, as in any lazy step (the second step also runs
+    # DDP's one-time bucket rebuild, which reads bucket sizes back).
+    assert steps[2:] == [3, 3, 3], line
     assert result["collectives"]["graph:allreduce"] > 1, line
 
 

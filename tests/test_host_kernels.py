@@ -334,14 +334,14 @@ def test_a_convolutional_backward_launches_before_the_optimizer_step():
     for got, want in zip(params, want_params):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     for c in counters:
-        assert step_launches(c) == (2, 1, 1) and c["FallbackOps"] == 0
+        assert step_launches(c) == (3, 1, 1, 1) and c["FallbackOps"] == 0
     assert [c["GraphsCompiled"] for c in counters[1:]] == [0, 0]
 
 
-def test_a_captured_convolutional_step_is_two_programs_like_the_lazy_step():
+def test_a_captured_convolutional_step_is_two_programs_split_where_the_lazy_step_is():
     """Where host kernels are a large part of the backward, a device graph holds the whole step in
-    two programs, as the lazy step launches it: the forward and backward, then the optimizer's step
-    (one program ran ResNet-18 15-30% slower). The launches at the optimizer step are dropped in
+    two programs, split where the lazy step launches its updates: the forward and backward, then
+    the optimizer's step (one program ran ResNet-18 15-30% slower). The launches at the optimizer step are dropped in
     the capture."""
     net, static_loss, replay_executions = captured_step(conv_net)
     assert replay_executions == 2
@@ -356,7 +356,7 @@ def captured_step(make_net):
         with Counters() as warm:
             step()
             torch.pjrt.synchronize()
-    assert step_launches(warm) == (2, 1, 1)
+    assert step_launches(warm) == (3, 1, 1, 1)
     graph = torch.accelerator.Graph()
     with Counters() as c, graph:
         static_loss = step()

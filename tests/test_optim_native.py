@@ -44,7 +44,7 @@ def train(device, make_opt, steps=6):
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_optimizer_matches_cpu_in_two_cached_programs_per_step(name):
+def test_optimizer_matches_cpu_in_three_cached_programs_per_step(name):
     want, _ = train("cpu", OPTIMIZERS[name])
     got, per_step = train("pjrt", OPTIMIZERS[name])
     for a, b in zip(got, want):
@@ -56,7 +56,7 @@ def test_optimizer_matches_cpu_in_two_cached_programs_per_step(name):
         assert c["GraphsCompiled"] == 0 and c["FallbackOps"] == 0
         # optimizer.step() launches the forward and backward as it begins and the updates as it
         # ends; the synchronize after it finds nothing pending.
-        assert step_launches(c) == (2 + reads, 1, 1) and c["Executions"] == 2 + c["Sync::item"]
+        assert step_launches(c) == (3 + reads, 1, 1, 1) and c["Executions"] == 3 + c["Sync::item"]
 
 
 def test_foreach_and_fused_ops_are_native_nodes():
@@ -204,7 +204,7 @@ def test_a_loop_that_never_reads_values_runs_the_same_cached_programs_each_step(
         for _ in range(20):
             step()
         torch.pjrt.synchronize()
-    assert step_launches(c) == (40, 20, 20) and c["GraphsCompiled"] == 0 and c["Sync::graph_too_large"] == 0
+    assert step_launches(c) == (60, 20, 20, 20) and c["GraphsCompiled"] == 0 and c["Sync::graph_too_large"] == 0
 
 
 def test_optimizer_steps_on_cpu_parameters_launch_nothing():
@@ -246,14 +246,15 @@ def test_the_first_step_compiles_the_graph_of_every_later_step(name):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert per_step[0]["GraphsLowered"] >= 1  # the updates (and the forward and backward, unless a case before lowered them)
     assert [c["GraphsLowered"] for c in per_step[1:]] == [0, 0]
-    assert [step_launches(c) for c in per_step] == [(2, 1, 1)] * 3
+    assert [step_launches(c) for c in per_step] == [(3, 1, 1, 1)] * 3
 
 
 def test_an_out_of_range_index_poisons_the_updates_launched_without_waiting_for_its_check():
-    """The updates launch as optimizer.step() ends without waiting for the index checks of the
-    forward and backward launched as it began: they inherit them. The bad index raises at the next
-    read, CPU's error type, and so do the parameters updated from its gradient; the next step's
-    launch settles the checks."""
+    """A training step's launches do not wait for the index checks of the launch before them:
+    the backward launches as optimizer.step() begins while the forward's checks may be pending,
+    and inherits them. The updates' launch, with two launches' checks pending, settles them and
+    raises the bad index, CPU's error type; the loss and the parameters updated from its gradient
+    raise when read."""
     torch.manual_seed(0)
     emb = torch.nn.Embedding(5, 3).to("pjrt")
     opt = torch.optim.SGD(emb.parameters(), lr=0.1)
@@ -263,9 +264,10 @@ def test_an_out_of_range_index_poisons_the_updates_launched_without_waiting_for_
     opt.zero_grad()
     with Counters() as c:
         loss = emb(bad).sum()
-        loss.backward()
-        opt.step()  # does not raise: nothing waited for the check
-    assert step_launches(c) == (2, 1, 1)
+        loss.backward()  # does not raise: the forward's launch waited for nothing
+        with pytest.raises(IndexError, match="index 7 is out of bounds"):
+            opt.step()
+    assert c["Sync::backward"] == 1 and c["Sync::before_optimizer_step"] == 1
     with pytest.raises(IndexError, match="index 7 is out of bounds"):
         loss.item()
     with pytest.raises(IndexError, match="index 7 is out of bounds"):

@@ -73,7 +73,7 @@ def test_training_steps_and_optimizer_steps_are_not_pipelined():
             loss.backward()
             opt.step()
             loss.item()
-    assert c["Sync::pipelined"] == 0 and step_launches(c) == (4, 2, 2)
+    assert c["Sync::pipelined"] == 0 and step_launches(c) == (6, 2, 2, 2)
 
 
 def test_a_backward_pass_traced_alone_is_not_pipelined():

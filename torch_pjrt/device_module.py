@@ -28,7 +28,8 @@ __all__ = [
     "reset_peak_memory_stats", "memory_stats", "plugin", "platform", "plugins", "capabilities",
     "metrics", "metrics_report", "set_fallback_warnings", "cache_dir", "set_cache_dir",
     "set_log_compiles", "set_dump_dir", "set_max_pending_nodes", "max_pending_nodes",
-    "set_pipelined_launch_nodes", "pipelined_launch_nodes",
+    "set_pipelined_launch_nodes", "pipelined_launch_nodes", "set_launch_forward_at_backward",
+    "launch_forward_at_backward",
     "Stream", "Event", "current_stream", "default_stream", "stream", "set_stream",
     "global_rank", "world_size", "local_rank", "local_world_size", "host_index",
     "PJRTGraph", "graph", "is_current_stream_capturing",
@@ -410,6 +411,18 @@ def set_pipelined_launch_nodes(n: int) -> None:
     if int(n) < 0:
         raise ValueError(f"pipelined_launch_nodes must be >= 0 (0 turns pipelining off), got {n}")
     _C._set_pipelined_launch_nodes(int(n))
+
+
+def launch_forward_at_backward() -> bool:
+    return _C._backward_launch()
+
+
+def set_launch_forward_at_backward(on: bool) -> None:
+    """Whether a training step's forward is launched as its backward begins (default True): the
+    device runs the forward while the backward is traced, and the loss can be read without
+    waiting for the backward's and the optimizer's programs. False keeps the forward and backward
+    one program, launched as ``optimizer.step()`` begins."""
+    _C._set_backward_launch(bool(on))
 
 
 # ---------------------------------------------------------------------------------- internals

@@ -128,6 +128,13 @@ class DevicePlugin:
     #: oneDNN convolution inside the compiled program. Needs the plugin's PJRT FFI extension.
     host_kernels: bool = False
 
+    #: True when the plugin's device buffers are plain memory of this process (the CPU plugin).
+    #: A read of a finished buffer (``.item()``, ``.cpu()``, the index checks' results) then
+    #: copies its bytes directly: the plugin's own transfer runs as a task that queues behind
+    #: programs launched later, so a training step's loss, read while the backward and the
+    #: optimizer's programs ran, waited for both.
+    host_memory: bool = False
+
     #: True when programs may be compiled in a second process with its own client of the same
     #: plugin (a compile worker) and loaded here from the serialized executable. Compiling in
     #: the process that runs the graphs fragmented its heap and slowed every later step by
@@ -158,6 +165,7 @@ class DevicePlugin:
             "amp_dtypes": [dtype_name(d) for d in self.amp_dtypes],
             "cross_process_collectives": bool(self.cross_process_collectives),
             "host_kernels": bool(self.host_kernels),
+            "host_memory": bool(self.host_memory),
             "compile_worker": bool(self.compile_worker),
             "flushes_denormals": bool(self.flushes_denormals),
         }
@@ -213,6 +221,7 @@ def capability_strings(plugin: str, caps: Dict[str, Any]) -> Dict[str, str]:
             raise ValueError(f"amp_dtypes may hold bfloat16 and float16 only, got {bad}")
         out["amp_dtypes"] = ",".join(amp)
         out["host_kernels"] = "1" if caps.get("host_kernels", False) else "0"
+        out["host_memory"] = "1" if caps.get("host_memory", False) else "0"
     except ValueError as e:
         raise ValueError(f"sub-plugin '{plugin}' declares an invalid capability: {e}") from None
     return out

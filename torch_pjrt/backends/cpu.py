@@ -159,6 +159,9 @@ class CpuPlugin(DevicePlugin):
     # threads (TensorFlow's convention), with no option to turn them off (docs/design.md,
     # "Subnormal floats").
     flushes_denormals = True
+    # XLA:CPU's buffers are this process's memory; its transfer to the host is a task that waits
+    # behind programs launched after the buffer's (docs/design.md, "Reads of finished buffers").
+    host_memory = True
     # A second CPU client costs ~100 MB and ~0.1 s to start; compiling in this process slowed
     # every later step by 15-40% (heap fragmentation, docs/design.md).
     compile_worker = True

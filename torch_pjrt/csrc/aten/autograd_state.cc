@@ -5,8 +5,8 @@
 
 namespace torch_pjrt::aten {
 
-bool TracingForAutograd() {
-  return c10::GradMode::is_enabled() || torch::autograd::get_current_graph_task_id() != -1;
-}
+bool TracingForAutograd() { return c10::GradMode::is_enabled() || InBackwardPass(); }
+
+bool InBackwardPass() { return torch::autograd::get_current_graph_task_id() != -1; }
 
 }  // namespace torch_pjrt::aten

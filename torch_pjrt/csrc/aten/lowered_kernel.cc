@@ -6,6 +6,7 @@
 // their destination storages.
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/WrapDimMinimal.h>
 #include <c10/util/SmallVector.h>
 #include <ATen/native/Resize.h>
@@ -641,10 +642,17 @@ using Returns = c10::SmallVector<c10::IValue, 2>;  // inline: most ops return on
 // How TraceArgs handled a call. The two fallbacks run on the caller's stack.
 enum class Traced { kTraced, kIntegerIndices, kNoStaticShape };
 
+// Before an op is traced (graph lock held): the first op of a backward pass launches the pending
+// forward (graph/trace.h, BackwardLaunchDue).
+void BeginTracedOp(int device) {
+  if (graph::BackwardLaunchDue(device) && InBackwardPass()) graph::SyncDevice(device, graph::SyncCause::kBackward);
+}
+
 // After an op is traced (graph lock held): notes whether autograd records it, and cuts the trace
 // where that is due: past the pending-node bound, or a pipelined launch (graph/trace.h).
-void EndTracedOp(int device) {
-  if (TracingForAutograd()) graph::NoteAutogradOp(device);
+void EndTracedOp(int device, int op) {
+  bool in_backward = InBackwardPass();
+  if (in_backward || c10::GradMode::is_enabled()) graph::NoteAutogradOp(device, op, in_backward);
   if (graph::TraceTooLarge(device)) {
     graph::SyncDevice(device, graph::SyncCause::kGraphTooLarge);
   } else if (graph::PipelinedLaunchDue(device)) {
@@ -697,6 +705,7 @@ class LoweredKernel {
     // The Python line goes into check errors; found before locking (it runs Python).
     std::string where = sig.index_checks.empty() && !check_divisor ? std::string() : graph::SourceLocation();
     graph::GraphLock lock;
+    BeginTracedOp(device);
     NodeBuilder b{device, {}, {}, {}};
     b.inputs.reserve(sig.num_functional_args + 2);  // one allocation (+2: a random op's seed and offset)
     for (size_t i = 0; i < sig.num_functional_args; ++i) {
@@ -838,7 +847,7 @@ class LoweredKernel {
         break;
       }
     }
-    EndTracedOp(device);
+    EndTracedOp(device, sig.lowering);
     return Traced::kTraced;
   }
 

@@ -33,7 +33,7 @@ at::Tensor Standalone(const at::Tensor& t) {
 }
 
 // The buffer holding the whole storage of `t` after syncing its device; null if never written.
-// Settles the device's index checks first (reading waits for the graph anyway), so a value
+// Settles the index checks that guard it first (reading waits for the graph anyway), so a value
 // computed from an out-of-range index raises instead of being returned.
 std::shared_ptr<runtime::Buffer> MaterializedBuffer(const at::Tensor& t, graph::SyncCause cause) {
   // Inside a device-graph capture a read is guarded or refused (graph/read_memo.h), naming this
@@ -42,8 +42,13 @@ std::shared_ptr<runtime::Buffer> MaterializedBuffer(const at::Tensor& t, graph::
   std::string where = graph::CapturingDeviceGraph(device) ? graph::SourceLocation() : std::string();
   graph::GraphLock lock;
   graph::LazyStorage* s = StorageOf(t);
-  if (s->has_pending()) graph::SyncForRead(s, cause, std::move(where));
-  DeferredErrorPtr failure = graph::ResolveIndexChecks(s->device());
+  // A read that launches waits for that launch, and so for all of its checks; a read of a value
+  // computed earlier waits only for the checks that guard it (graph/index_checks.h).
+  bool launches = s->has_pending();
+  if (launches) graph::SyncForRead(s, cause, std::move(where));
+  DeferredErrorPtr failure = launches || !s->has_buffer()
+                                 ? graph::ResolveIndexChecks(s->device())
+                                 : graph::ResolveIndexChecksGuarding(s->device(), s->buffer().get());
   if (s->error()) RaiseTorchError(*s->error());
   if (s->has_buffer() && s->buffer()->poison()) RaiseTorchError(*s->buffer()->poison());
   if (failure) RaiseTorchError(*failure);
@@ -65,7 +70,7 @@ void CopyToHost(const at::Tensor& src, const at::Tensor& dst, graph::SyncCause c
                 dst.sizes() == src.sizes() && !dst.is_conj() && !dst.is_neg();
   at::Tensor host = direct ? dst : at::empty(src.sizes(), src.options().device(c10::kCPU));
   try {
-    buffer->ToHost(host.data_ptr(), buffer->nbytes());
+    if (buffer->ToHost(host.data_ptr(), buffer->nbytes())) Metrics::Increment(Counter::kDirectTransfersFromDevice);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, e.what());
   }

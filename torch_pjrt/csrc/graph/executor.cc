@@ -297,6 +297,7 @@ const char* SyncCauseName(SyncCause c) {
     case SyncCause::kBeforeOptimizerStep: return "before_optimizer_step";
     case SyncCause::kCompiledCall: return "compiled_call";
     case SyncCause::kPipelined: return "pipelined";
+    case SyncCause::kBackward: return "backward";
     default: return "other";
   }
 }
@@ -777,11 +778,14 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   // Earlier graphs' index checks are settled before this graph runs, so nothing computed from an
   // out-of-range index is used silently; the failure is raised at this sync point. Syncs for a
   // compiled call (before a replay) do not wait: their results inherit the checks instead. Nor do
-  // the launch of an optimizer step's updates and a pipelined piece while one launch's checks are
-  // pending (the forward and backward launched as the step began, the previous piece), which they
-  // would otherwise wait for; the next launch of another kind settles them, so at most one
-  // launch's own checks are pending.
-  bool inherits = cause == SyncCause::kOptimizerStep || cause == SyncCause::kPipelined;
+  // a training step's launches (the forward as the backward begins, the backward as the optimizer
+  // step begins, the updates as it ends) and a pipelined piece while one launch's checks are
+  // pending (the step's previous launch, the previous piece), which they would otherwise wait for:
+  // checks of launches that finished and passed are dropped first, without waiting, and a launch
+  // waits only when more than one launch's checks would still be pending.
+  bool inherits = cause == SyncCause::kOptimizerStep || cause == SyncCause::kPipelined ||
+                  cause == SyncCause::kBackward || cause == SyncCause::kBeforeOptimizerStep;
+  if (inherits) SettleFinishedIndexChecks(device);
   bool wait_for_checks = cause != SyncCause::kCompiledCall && (!inherits || PendingIndexCheckLaunches(device) > 1);
   SyncSettledDevice(device, cause, record, wait_for_checks ? ResolveIndexChecks(device) : nullptr, wait_for_checks);
 }

@@ -26,6 +26,7 @@ enum class SyncCause : int {
   kBeforeOptimizerStep,  // an optimizer step begins: the pending forward and backward launched, not waited for
   kCompiledCall,    // a torch.compile'd graph finished its first (traced) call: graph/capture.h
   kPipelined,       // an inference trace launched in pieces, not waited for (PipelinedLaunchDue)
+  kBackward,        // a backward pass begins: the pending forward launched, not waited for (BackwardLaunchDue)
   kOther,
   kNumCauses
 };

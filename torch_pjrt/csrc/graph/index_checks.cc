@@ -148,35 +148,96 @@ size_t PendingIndexCheckLaunches(int device) {
   return n;
 }
 
-DeferredErrorPtr ResolveIndexChecks(int device) {
+namespace {
+
+// `launched`'s packed results, (in range?, an offending index) per check; waits for the graph.
+// False when the execution failed: reading its outputs reports that error.
+bool ReadRows(const LaunchedChecks& launched, std::vector<int64_t>* rows) {
+  rows->assign(launched.errors.size() * 2, 0);
+  try {
+    launched.results->ToHost(rows->data(), rows->size() * sizeof(int64_t));
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
+// Waits for `done`'s results, poisons what its failed checks spoiled and returns its first failure.
+DeferredErrorPtr Resolve(const LaunchedChecks& done) {
+  DeferredErrorPtr first;
+  std::vector<int64_t> rows;
+  if (!ReadRows(done, &rows)) return nullptr;
+  for (size_t k = 0; k < done.errors.size(); ++k) {
+    if (rows[2 * k] != 0) continue;
+    const CheckError& e = done.errors[k];
+    auto error = e.names_index ? MakeDeferredError(e.kind, "index " + std::to_string(rows[2 * k + 1]) +
+                                                               " is out of bounds for " + e.text)
+                               : MakeDeferredError(e.kind, e.text);
+    for (const auto& buffer : done.dependents[k]) {
+      if (!buffer->poison()) buffer->Poison(error);
+    }
+    if (!first) first = error;
+  }
+  return first;
+}
+
+bool Guards(const LaunchedChecks& launched, const runtime::Buffer* buffer) {
+  for (const auto& guarded : launched.dependents) {
+    for (const auto& b : guarded) {
+      if (b.get() == buffer) return true;
+    }
+  }
+  return false;
+}
+
+// Resolves the first `count` launches with checks on `device` (-1: every device), in launch order.
+DeferredErrorPtr ResolveFirst(int device, size_t count) {
   DeferredErrorPtr first;
   std::vector<LaunchedChecks>& launched = Launched();
-  for (auto it = launched.begin(); it != launched.end();) {
+  size_t seen = 0;
+  for (auto it = launched.begin(); it != launched.end() && seen < count;) {
     if (device >= 0 && it->device != device) {
       ++it;
       continue;
     }
+    ++seen;
     LaunchedChecks done = std::move(*it);
     it = launched.erase(it);
-    std::vector<int64_t> rows(done.errors.size() * 2);
-    try {
-      done.results->ToHost(rows.data(), rows.size() * sizeof(int64_t));  // waits for the graph
-    } catch (const std::exception&) {
-      continue;  // the execution failed: reading its outputs reports that error
-    }
-    for (size_t k = 0; k < done.errors.size(); ++k) {
-      if (rows[2 * k] != 0) continue;
-      const CheckError& e = done.errors[k];
-      auto error = e.names_index ? MakeDeferredError(e.kind, "index " + std::to_string(rows[2 * k + 1]) +
-                                                                 " is out of bounds for " + e.text)
-                                 : MakeDeferredError(e.kind, e.text);
-      for (const auto& buffer : done.dependents[k]) {
-        if (!buffer->poison()) buffer->Poison(error);
-      }
-      if (!first) first = error;
-    }
+    DeferredErrorPtr error = Resolve(done);
+    if (!first) first = error;
   }
   return first;
+}
+
+}  // namespace
+
+DeferredErrorPtr ResolveIndexChecks(int device) { return ResolveFirst(device, SIZE_MAX); }
+
+void SettleFinishedIndexChecks(int device) {
+  std::vector<LaunchedChecks>& launched = Launched();
+  for (auto it = launched.begin(); it != launched.end();) {
+    if (it->device != device) {
+      ++it;
+      continue;
+    }
+    std::vector<int64_t> rows;
+    // A failed execution is left to ResolveIndexChecks, like a failed check.
+    if (!it->results->Ready() || !ReadRows(*it, &rows)) return;
+    for (size_t k = 0; k < it->errors.size(); ++k) {
+      if (rows[2 * k] == 0) return;
+    }
+    it = launched.erase(it);
+  }
+}
+
+DeferredErrorPtr ResolveIndexChecksGuarding(int device, const runtime::Buffer* read) {
+  size_t through = 0, position = 0;
+  for (const LaunchedChecks& launched : Launched()) {
+    if (launched.device != device) continue;
+    ++position;
+    if (Guards(launched, read)) through = position;
+  }
+  return through == 0 ? nullptr : ResolveFirst(device, through);
 }
 
 }  // namespace torch_pjrt::graph

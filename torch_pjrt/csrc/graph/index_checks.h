@@ -50,7 +50,8 @@ void ExpectIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Bu
 // Without waiting for earlier checks: a launch that read any buffer a pending check guards
 // (`read`) makes its results (`written`) guarded by that check too, so a failure found later
 // poisons them as well. Used where waiting would stall the host for nothing (torch.compile's
-// replays, an optimizer step's updates); reads to the host still resolve every check first.
+// replays, an optimizer step's updates); a read to the host resolves the checks that guard what it
+// reads (ResolveIndexChecksGuarding).
 // Caller holds the graph lock.
 void PropagateIndexChecks(int device, const std::vector<std::shared_ptr<runtime::Buffer>>& read,
                           const std::vector<std::shared_ptr<runtime::Buffer>>& written);
@@ -62,5 +63,18 @@ size_t PendingIndexCheckLaunches(int device);
 // checks spoiled, and returns the first failure (null when all indices were in range). Caller
 // holds the graph lock.
 DeferredErrorPtr ResolveIndexChecks(int device);
+// Drops, in launch order, the checks of launches on `device` that have finished with every check
+// passed, without waiting for the others; stops at the first launch still running or with a
+// failed check, which stays for ResolveIndexChecks or a read it guards to raise (so where a
+// failure raises does not depend on timing). Caller holds the graph lock.
+void SettleFinishedIndexChecks(int device);
+
+// What a read of `read` (a buffer of `device`) settles: the checks of every launch up to the last
+// one whose checks guard it (a value computed from an op they check), in launch order. Checks that
+// cannot have spoiled the value read wait for the next launch (which settles every check first)
+// or a read they guard: a training step's loss, computed by the forward's program, is read
+// without waiting for the backward's program, whose checks guard only the gradients. Caller holds
+// the graph lock.
+DeferredErrorPtr ResolveIndexChecksGuarding(int device, const runtime::Buffer* read);
 
 }  // namespace torch_pjrt::graph

@@ -44,6 +44,7 @@ const char* Metrics::Name(Counter c) {
     case Counter::kTransferBytesToDevice: return "TransferBytesToDevice";
     case Counter::kAsyncTransfersToDevice: return "AsyncTransfersToDevice";
     case Counter::kTransfersFromDevice: return "TransfersFromDevice";
+    case Counter::kDirectTransfersFromDevice: return "DirectTransfersFromDevice";
     case Counter::kTransferBytesFromDevice: return "TransferBytesFromDevice";
     case Counter::kDeviceToDeviceCopies: return "DeviceToDeviceCopies";
     case Counter::kFallbackOps: return "FallbackOps";

@@ -25,6 +25,7 @@ enum class Counter : int {
   kAsyncTransfersToDevice,  // of those, non_blocking copies that returned before PJRT read the host
   kTransfersFromDevice,
   kTransferBytesFromDevice,
+  kDirectTransfersFromDevice,  // of the transfers, host-memory buffers copied directly (Buffer::ToHost)
   kDeviceToDeviceCopies,
   kFallbackOps,        // total CPU fallback calls
   kGraphsCaptured,     // graphs captured for replay: torch.compile first calls, torch.accelerator.Graph

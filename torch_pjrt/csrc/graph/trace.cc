@@ -25,6 +25,7 @@ int64_t g_max_pending_nodes = [] {
   return env ? std::max<int64_t>(1, std::atoll(env)) : int64_t{20000};
 }();
 int64_t g_pipelined_launch_nodes = kPipelinedLaunchNodes;  // under the graph lock
+bool g_backward_launch = true;  // under the graph lock (BackwardLaunchDue)
 
 // Dims sorted by decreasing stride, when the view is dense and non-overlapping (a permutation of
 // a contiguous layout). Empty when it is not.
@@ -325,6 +326,7 @@ void ResetTrace(DeviceTrace& trace) {
   trace.slot_count.fill(0);
   trace.op_nodes = 0;  // pipelined_nodes spans epochs: launches set it (SyncDevice)
   trace.records_autograd = false;
+  trace.records_forward = false;
   trace.host_kernel_nodes = 0;
   trace.uncut_reads = 0;
   trace.first_uncut_read.clear();
@@ -383,7 +385,12 @@ bool TraceTooLarge(int device) {
 int64_t PipelinedLaunchNodes() { return g_pipelined_launch_nodes; }
 void SetPipelinedLaunchNodes(int64_t n) { g_pipelined_launch_nodes = std::max<int64_t>(0, n); }
 
-void NoteAutogradOp(int device) { Trace(device).records_autograd = true; }
+void NoteAutogradOp(int device, int op, bool in_backward) {
+  static const int fill = lowering::FindLowering("fill.Scalar");
+  DeviceTrace& trace = Trace(device);
+  trace.records_autograd = true;
+  if (!in_backward && op != fill) trace.records_forward = true;
+}
 
 bool PipelinedLaunchDue(int device) {
   const DeviceTrace& trace = Trace(device);
@@ -394,5 +401,14 @@ bool PipelinedLaunchDue(int device) {
          // A torch.compile capture and a device-graph capture each hold their whole region.
          trace.capture_epoch != trace.epoch && !CapturingDeviceGraph(device);
 }
+
+bool BackwardLaunchDue(int device) {
+  const DeviceTrace& trace = Trace(device);
+  return trace.records_forward && g_backward_launch && !in_optimizer_step && trace.capture_epoch != trace.epoch &&
+         !CapturingDeviceGraph(device);
+}
+
+bool BackwardLaunch() { return g_backward_launch; }
+void SetBackwardLaunch(bool on) { g_backward_launch = on; }
 
 }  // namespace torch_pjrt::graph

@@ -96,6 +96,9 @@ struct DeviceTrace {
   // each launch, kept across an epoch that ends without one (EndIdleEpoch).
   int64_t pipelined_nodes = 0;
   bool records_autograd = false;    // an op of this epoch was traced for autograd (NoteAutogradOp)
+  // ... with grad mode on, outside a backward pass: a forward (fills aside: the gradient seed,
+  // ones_like(loss), is traced before the backward pass starts, also after a forward launched).
+  bool records_forward = false;
   int64_t host_kernel_nodes = 0;    // of those, ops that may run as host kernels (OpLowering::host_kernel)
   // Reads answered in this epoch without cutting the trace (remembered or computed ahead) and not
   // guarded (AddReadGuard): a capture refuses such a trace, whose replays would not read afresh.
@@ -184,10 +187,21 @@ constexpr int64_t kPipelinedLaunchNodes = 100;  // the default; 0 turns pipelini
 constexpr int64_t kPipelinedTraceNodes = 1000;
 int64_t PipelinedLaunchNodes();
 void SetPipelinedLaunchNodes(int64_t n);
-// Marks the op just traced on `device` as recorded by autograd (grad mode on, or a backward pass):
-// such an epoch is a training step's and is not pipelined.
-void NoteAutogradOp(int device);
+// Marks the op just traced on `device` (table op `op`) as recorded by autograd (grad mode on, or
+// a backward pass: `in_backward`): such an epoch is a training step's and is not pipelined.
+void NoteAutogradOp(int device, int op, bool in_backward);
 // Whether the trace of `device` is due for a pipelined launch (SyncCause::kPipelined).
 bool PipelinedLaunchDue(int device);
+
+// The forward launched as its backward begins (docs/design.md, "The forward as a program of its
+// own"): an op about to be traced in a backward pass, on a trace that holds a forward (ops traced
+// with grad mode on outside a backward), first launches that trace without waiting. The device
+// runs the forward while the host traces the backward, and the loss, a result of the forward, is
+// ready for the step's read without waiting for the backward's and the optimizer's programs.
+// Not while an optimizer step runs, nor in a torch.compile or device-graph capture (both hold
+// their whole region). SetBackwardLaunch(false) turns it off (a setting, for comparisons).
+bool BackwardLaunchDue(int device);
+bool BackwardLaunch();
+void SetBackwardLaunch(bool on);
 
 }  // namespace torch_pjrt::graph

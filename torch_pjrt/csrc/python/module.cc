@@ -327,6 +327,14 @@ PYBIND11_MODULE(_C, m) {
     graph::GraphLock lock;
     graph::SetPipelinedLaunchNodes(n);
   });
+  m.def("_backward_launch", [] {
+    graph::GraphLock lock;
+    return graph::BackwardLaunch();
+  });
+  m.def("_set_backward_launch", [](bool on) {
+    graph::GraphLock lock;
+    graph::SetBackwardLaunch(on);
+  });
   m.def("_live_nodes", &graph::LiveNodeCount);
   m.def("_live_storages", &graph::LazyStorage::LiveCount);
   m.def("_missing_lowerings", [] { return MissingLowerings(); });

@@ -1,6 +1,7 @@
 #include "runtime/buffer.h"
 
 #include <array>
+#include <cstring>
 #include <mutex>
 
 namespace torch_pjrt::runtime {
@@ -164,15 +165,66 @@ Buffer::~Buffer() {
   if (error) client_->plugin().TakeMessage(error);
 }
 
-void Buffer::ToHost(void* dst, size_t dst_size) const {
+namespace {
+
+// Whether `buffer`'s memory is dense row-major (what ToHost writes): PJRT's default layout, major
+// to minor, untiled.
+bool DenseRowMajor(const Plugin& plugin, PJRT_Buffer* buffer, size_t rank) {
+  if (plugin.api()->PJRT_Buffer_GetMemoryLayout == nullptr) return false;
+  auto args = PJRT_ARGS(PJRT_Buffer_GetMemoryLayout);
+  args.buffer = buffer;
+  PJRT_Error* error = plugin.api()->PJRT_Buffer_GetMemoryLayout(&args);
+  if (error != nullptr) {
+    plugin.TakeMessage(error);
+    return false;
+  }
+  if (args.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled) return false;
+  const PJRT_Buffer_MemoryLayout_Tiled& tiled = args.layout.tiled;
+  if (tiled.num_tiles != 0 || tiled.minor_to_major_size != rank) return false;
+  for (size_t i = 0; i < rank; ++i) {
+    if (tiled.minor_to_major[i] != static_cast<int64_t>(rank - 1 - i)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const void* Buffer::DirectAddress() const {
+  std::call_once(direct_once_, [&] {
+    if (!client_->host_memory() || type_ == ElementType::kInvalid || nbytes_ == 0) return;
+    const Plugin& plugin = client_->plugin();
+    if (plugin.api()->PJRT_Buffer_UnsafePointer == nullptr || !DenseRowMajor(plugin, buffer_, dims_.size())) return;
+    auto args = PJRT_ARGS(PJRT_Buffer_UnsafePointer);
+    args.buffer = buffer_;
+    PJRT_Error* error = plugin.api()->PJRT_Buffer_UnsafePointer(&args);
+    if (error != nullptr) {
+      plugin.TakeMessage(error);
+      return;
+    }
+    direct_ = reinterpret_cast<const void*>(args.buffer_pointer);
+  });
+  return direct_;
+}
+
+bool Buffer::ToHost(void* dst, size_t dst_size) const {
   if (donated_) throw PjrtError("internal error: reading a buffer that was donated to an execution");
   const Plugin& plugin = client_->plugin();
+  if (dst_size == nbytes_ && DirectAddress() != nullptr) {
+    // The caller holds this Buffer, so no launch can donate it meanwhile (graph::SoleHolder).
+    auto ready = PJRT_ARGS(PJRT_Buffer_ReadyEvent);
+    ready.buffer = buffer_;
+    PJRT_CALL(plugin, PJRT_Buffer_ReadyEvent, &ready);
+    plugin.AwaitAndDestroy(ready.event, "device-to-host transfer");
+    std::memcpy(dst, direct_, dst_size);
+    return true;
+  }
   auto args = PJRT_ARGS(PJRT_Buffer_ToHostBuffer);
   args.src = buffer_;
   args.dst = dst;
   args.dst_size = dst_size;
   PJRT_CALL(plugin, PJRT_Buffer_ToHostBuffer, &args);
   plugin.AwaitAndDestroy(args.event, "device-to-host transfer");
+  return false;
 }
 
 std::shared_ptr<Buffer> Buffer::CopyToDevice(int device) const {
@@ -191,6 +243,24 @@ void Buffer::AwaitReady() const {
   args.buffer = buffer_;
   PJRT_CALL(plugin, PJRT_Buffer_ReadyEvent, &args);
   plugin.AwaitAndDestroy(args.event, "waiting for a device buffer");
+}
+
+bool Buffer::Ready() const {
+  if (donated_) return true;
+  const Plugin& plugin = client_->plugin();
+  auto args = PJRT_ARGS(PJRT_Buffer_ReadyEvent);
+  args.buffer = buffer_;
+  PJRT_CALL(plugin, PJRT_Buffer_ReadyEvent, &args);
+  bool ready = true;
+  try {
+    ready = plugin.EventReady(args.event);
+  } catch (const std::exception&) {
+    // a broken event: ready, and its reader reports the error
+  }
+  auto destroy = PJRT_ARGS(PJRT_Event_Destroy);
+  destroy.event = args.event;
+  plugin.api()->PJRT_Event_Destroy(&destroy);
+  return ready;
 }
 
 int64_t Buffer::LiveBytes(int device) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "common/dtype.h"
@@ -35,10 +36,17 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
-  // Blocks until the contents are in `dst` (row-major, `nbytes()` bytes).
-  void ToHost(void* dst, size_t dst_size) const;
+  // Blocks until the contents are in `dst` (row-major, `nbytes()` bytes). On a host-memory
+  // device (Client::host_memory) a dense buffer is copied directly once its execution has
+  // finished: the plugin's transfer runs as a task of its own that queues behind the programs
+  // launched after this buffer's (a training step's loss, read while the backward and the
+  // optimizer's programs run, waited for both).
+  // Returns whether it copied directly.
+  bool ToHost(void* dst, size_t dst_size) const;
   std::shared_ptr<Buffer> CopyToDevice(int device) const;
   void AwaitReady() const;
+  // Whether the contents are computed (or their computation failed), without waiting.
+  bool Ready() const;
   // The buffer was donated to an execution: PJRT deleted its memory, only the handle remains.
   void MarkDonated();
   bool donated() const { return donated_; }
@@ -69,6 +77,8 @@ class Buffer {
   static void ResetPeakBytes(int device);
 
  private:
+  const void* DirectAddress() const;
+
   std::shared_ptr<Client> client_;
   PJRT_Buffer* buffer_;
   ElementType type_ = ElementType::kInvalid;
@@ -77,6 +87,11 @@ class Buffer {
   size_t nbytes_ = 0;
   bool donated_ = false;
   std::atomic<int> inflight_reads_{0};
+  // Where ToHost may copy this buffer's bytes itself (ReadDirectly): its host address, once
+  // found, or nullptr where it must ask the plugin (a device that is not host memory, a layout
+  // that is not dense row-major). Set by the first read.
+  mutable std::once_flag direct_once_;
+  mutable const void* direct_ = nullptr;
   DeferredErrorPtr poison_;
 };
 

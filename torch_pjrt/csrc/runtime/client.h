@@ -60,6 +60,11 @@ class Client {
   const std::string& platform_name() const { return platform_name_; }
   const std::string& platform_version() const { return platform_version_; }
   const std::string& device_kind() const { return device_kind_; }
+  // Whether the plugin's device buffers are plain memory of this process (the sub-plugin's
+  // host_memory capability): a read of a finished buffer then copies its bytes itself
+  // (Buffer::ToHost) instead of asking the plugin for a transfer.
+  bool host_memory() const { return host_memory_; }
+  void set_host_memory(bool on) { host_memory_ = on; }
 
  private:
   std::shared_ptr<Plugin> plugin_;
@@ -69,6 +74,7 @@ class Client {
   std::string platform_name_;
   std::string platform_version_;
   std::string device_kind_;
+  bool host_memory_ = false;
 };
 
 }  // namespace torch_pjrt::runtime

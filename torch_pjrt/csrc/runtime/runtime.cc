@@ -54,6 +54,8 @@ std::shared_ptr<Client> StartClient(const PluginConfig& config) {
   if (host_kernels != config.capabilities.end() && host_kernels->second == "1") {
     RegisterFfiHandlers(*plugin, client->platform_name());
   }
+  auto host_memory = config.capabilities.find("host_memory");
+  client->set_host_memory(host_memory != config.capabilities.end() && host_memory->second == "1");
   if (client->device_count() == 0) {
     throw PjrtError("PJRT plugin '" + config.name + "' started but reports no addressable devices");
   }
