@@ -3,6 +3,7 @@ values and gradients, and checks that nothing fell back to the CPU. Covers torch
 (double backward included), retain_graph, gradient accumulation, no_grad / inference_mode, tensor
 and module hooks, activation checkpointing, retain_grad, a training step's two cached executions,
 and custom ops with pjrt and autograd kernels (the code of docs/custom_ops.md, run as written)."""
+import copy
 import os
 import re
 import threading
@@ -179,6 +180,21 @@ def test_the_forward_launches_as_its_backward_begins():
         torch.pjrt.synchronize()
     assert c["Executions"] == 2 and c["Sync::backward"] == 1 and c["FallbackOps"] == 0
     assert all(torch.isfinite(v).all() for v in to_cpu(values))
+
+
+def test_a_forward_with_large_activations_stays_one_program_with_its_backward():
+    # Past kBackwardLaunchMaxElements (512k elements of forward results) the forward executes for
+    # longer than the backward takes to trace: no launch as the backward begins (graph/trace.h).
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64)
+    x = torch.randn(4096, 64)  # each of the forward's results: 256k elements
+    dev = copy.deepcopy(model).to("pjrt")
+    with Counters() as c:
+        dev(x.to("pjrt")).relu().square().mean().backward()
+        grad = dev.weight.grad.cpu()
+    model(x).relu().square().mean().backward()
+    assert c["Sync::backward"] == 0 and c["Executions"] == 1
+    torch.testing.assert_close(grad, model.weight.grad)
 
 
 def test_a_read_waits_only_for_the_index_checks_that_guard_its_value():

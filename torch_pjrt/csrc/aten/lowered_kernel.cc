@@ -650,9 +650,13 @@ void BeginTracedOp(int device) {
 
 // After an op is traced (graph lock held): notes whether autograd records it, and cuts the trace
 // where that is due: past the pending-node bound, or a pipelined launch (graph/trace.h).
-void EndTracedOp(int device, int op) {
+void EndTracedOp(int device, int op, const MetaResult& meta) {
   bool in_backward = InBackwardPass();
-  if (in_backward || c10::GradMode::is_enabled()) graph::NoteAutogradOp(device, op, in_backward);
+  if (in_backward || c10::GradMode::is_enabled()) {
+    int64_t elements = 0;
+    for (const OutSpec& o : meta.outputs) elements += o.defined ? c10::multiply_integers(o.sizes) : 0;
+    graph::NoteAutogradOp(device, op, in_backward, elements);
+  }
   if (graph::TraceTooLarge(device)) {
     graph::SyncDevice(device, graph::SyncCause::kGraphTooLarge);
   } else if (graph::PipelinedLaunchDue(device)) {
@@ -847,7 +851,7 @@ class LoweredKernel {
         break;
       }
     }
-    EndTracedOp(device, sig.lowering);
+    EndTracedOp(device, sig.lowering, meta);
     return Traced::kTraced;
   }
 

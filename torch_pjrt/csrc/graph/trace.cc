@@ -327,6 +327,7 @@ void ResetTrace(DeviceTrace& trace) {
   trace.op_nodes = 0;  // pipelined_nodes spans epochs: launches set it (SyncDevice)
   trace.records_autograd = false;
   trace.records_forward = false;
+  trace.forward_elements = 0;
   trace.host_kernel_nodes = 0;
   trace.uncut_reads = 0;
   trace.first_uncut_read.clear();
@@ -385,11 +386,13 @@ bool TraceTooLarge(int device) {
 int64_t PipelinedLaunchNodes() { return g_pipelined_launch_nodes; }
 void SetPipelinedLaunchNodes(int64_t n) { g_pipelined_launch_nodes = std::max<int64_t>(0, n); }
 
-void NoteAutogradOp(int device, int op, bool in_backward) {
+void NoteAutogradOp(int device, int op, bool in_backward, int64_t elements) {
   static const int fill = lowering::FindLowering("fill.Scalar");
   DeviceTrace& trace = Trace(device);
   trace.records_autograd = true;
-  if (!in_backward && op != fill) trace.records_forward = true;
+  if (in_backward) return;
+  if (op != fill) trace.records_forward = true;
+  trace.forward_elements += elements;
 }
 
 bool PipelinedLaunchDue(int device) {
@@ -404,8 +407,8 @@ bool PipelinedLaunchDue(int device) {
 
 bool BackwardLaunchDue(int device) {
   const DeviceTrace& trace = Trace(device);
-  return trace.records_forward && g_backward_launch && !in_optimizer_step && trace.capture_epoch != trace.epoch &&
-         !CapturingDeviceGraph(device);
+  return trace.records_forward && trace.forward_elements <= kBackwardLaunchMaxElements && g_backward_launch &&
+         !in_optimizer_step && trace.capture_epoch != trace.epoch && !CapturingDeviceGraph(device);
 }
 
 bool BackwardLaunch() { return g_backward_launch; }

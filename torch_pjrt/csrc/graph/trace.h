@@ -99,6 +99,7 @@ struct DeviceTrace {
   // ... with grad mode on, outside a backward pass: a forward (fills aside: the gradient seed,
   // ones_like(loss), is traced before the backward pass starts, also after a forward launched).
   bool records_forward = false;
+  int64_t forward_elements = 0;     // the elements of those ops' results, together
   int64_t host_kernel_nodes = 0;    // of those, ops that may run as host kernels (OpLowering::host_kernel)
   // Reads answered in this epoch without cutting the trace (remembered or computed ahead) and not
   // guarded (AddReadGuard): a capture refuses such a trace, whose replays would not read afresh.
@@ -187,19 +188,27 @@ constexpr int64_t kPipelinedLaunchNodes = 100;  // the default; 0 turns pipelini
 constexpr int64_t kPipelinedTraceNodes = 1000;
 int64_t PipelinedLaunchNodes();
 void SetPipelinedLaunchNodes(int64_t n);
-// Marks the op just traced on `device` (table op `op`) as recorded by autograd (grad mode on, or
-// a backward pass: `in_backward`): such an epoch is a training step's and is not pipelined.
-void NoteAutogradOp(int device, int op, bool in_backward);
+// Marks the op just traced on `device` (table op `op`, results of `elements` elements in all) as
+// recorded by autograd (grad mode on, or a backward pass: `in_backward`): such an epoch is a
+// training step's and is not pipelined.
+void NoteAutogradOp(int device, int op, bool in_backward, int64_t elements);
 // Whether the trace of `device` is due for a pipelined launch (SyncCause::kPipelined).
 bool PipelinedLaunchDue(int device);
 
 // The forward launched as its backward begins (docs/design.md, "The forward as a program of its
 // own"): an op about to be traced in a backward pass, on a trace that holds a forward (ops traced
-// with grad mode on outside a backward), first launches that trace without waiting. The device
-// runs the forward while the host traces the backward, and the loss, a result of the forward, is
-// ready for the step's read without waiting for the backward's and the optimizer's programs.
+// with grad mode on outside a backward) whose results hold at most kBackwardLaunchMaxElements
+// elements in all, first launches that trace without waiting. The device runs the forward while
+// the host traces the backward, and the loss, a result of the forward, is ready for the step's
+// read without waiting for the backward's and the optimizer's programs. A forward with larger
+// activations executes for longer than its tracing takes, so there is nothing to overlap, and the
+// cut costs XLA's fusion across forward and backward: with every forward launched, examples/gpt.py's
+// model (9.4M elements) trained 9% slower, ViT-tiny and ResNet-18 (1.4M each) 2-3%, MobileNetV3
+// (0.9M) 1-4% faster, where GPT-2, BERT, Llama and T5 (~0.1M each) gained 7-24% (bench/launch.py).
+// The LSTM (0.08M) is the exception the bound does not catch: 3-5% slower.
 // Not while an optimizer step runs, nor in a torch.compile or device-graph capture (both hold
 // their whole region). SetBackwardLaunch(false) turns it off (a setting, for comparisons).
+constexpr int64_t kBackwardLaunchMaxElements = 512 * 1024;
 bool BackwardLaunchDue(int device);
 bool BackwardLaunch();
 void SetBackwardLaunch(bool on);
