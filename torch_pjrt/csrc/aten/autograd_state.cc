@@ -1,11 +1,8 @@
 #include "aten/autograd_state.h"
 
-#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/graph_task.h>
 
 namespace torch_pjrt::aten {
-
-bool TracingForAutograd() { return c10::GradMode::is_enabled() || InBackwardPass(); }
 
 bool InBackwardPass() { return torch::autograd::get_current_graph_task_id() != -1; }
 

@@ -4,10 +4,8 @@
 
 namespace torch_pjrt::aten {
 
-// Whether an op traced now belongs to a training step: grad mode is on (autograd records it), or
-// the thread is running a backward pass (whose ops run with grad mode off).
-bool TracingForAutograd();
-// Whether the calling thread is running a backward pass (the autograd engine's graph task).
+// Whether the calling thread is running a backward pass (the autograd engine's graph task), whose
+// ops run with grad mode off.
 bool InBackwardPass();
 
 }  // namespace torch_pjrt::aten

@@ -648,13 +648,14 @@ void BeginTracedOp(int device) {
   if (graph::BackwardLaunchDue(device) && InBackwardPass()) graph::SyncDevice(device, graph::SyncCause::kBackward);
 }
 
-// After an op is traced (graph lock held): notes whether autograd records it, and cuts the trace
-// where that is due: past the pending-node bound, or a pipelined launch (graph/trace.h).
+// After an op is traced (graph lock held): notes whether autograd records it (grad mode on, or a
+// backward pass) and a forward op's result elements, and cuts the trace where that is due: past
+// the pending-node bound, or a pipelined launch (graph/trace.h).
 void EndTracedOp(int device, int op, const MetaResult& meta) {
   bool in_backward = InBackwardPass();
   if (in_backward || c10::GradMode::is_enabled()) {
-    int64_t elements = 0;
-    for (const OutSpec& o : meta.outputs) elements += o.defined ? c10::multiply_integers(o.sizes) : 0;
+    int64_t elements = 0;  // counted for forwards only (BackwardLaunchDue)
+    for (const OutSpec& o : meta.outputs) elements += o.defined && !in_backward ? c10::multiply_integers(o.sizes) : 0;
     graph::NoteAutogradOp(device, op, in_backward, elements);
   }
   if (graph::TraceTooLarge(device)) {

@@ -211,10 +211,7 @@ bool Buffer::ToHost(void* dst, size_t dst_size) const {
   const Plugin& plugin = client_->plugin();
   if (dst_size == nbytes_ && DirectAddress() != nullptr) {
     // The caller holds this Buffer, so no launch can donate it meanwhile (graph::SoleHolder).
-    auto ready = PJRT_ARGS(PJRT_Buffer_ReadyEvent);
-    ready.buffer = buffer_;
-    PJRT_CALL(plugin, PJRT_Buffer_ReadyEvent, &ready);
-    plugin.AwaitAndDestroy(ready.event, "device-to-host transfer");
+    plugin.AwaitAndDestroy(ReadyEvent(), "device-to-host transfer");
     std::memcpy(dst, direct_, dst_size);
     return true;
   }
@@ -236,29 +233,30 @@ std::shared_ptr<Buffer> Buffer::CopyToDevice(int device) const {
   return std::make_shared<Buffer>(client_, args.dst_buffer, device);
 }
 
-void Buffer::AwaitReady() const {
-  if (donated_) return;
-  const Plugin& plugin = client_->plugin();
+PJRT_Event* Buffer::ReadyEvent() const {
   auto args = PJRT_ARGS(PJRT_Buffer_ReadyEvent);
   args.buffer = buffer_;
-  PJRT_CALL(plugin, PJRT_Buffer_ReadyEvent, &args);
-  plugin.AwaitAndDestroy(args.event, "waiting for a device buffer");
+  PJRT_CALL(client_->plugin(), PJRT_Buffer_ReadyEvent, &args);
+  return args.event;
+}
+
+void Buffer::AwaitReady() const {
+  if (donated_) return;
+  client_->plugin().AwaitAndDestroy(ReadyEvent(), "waiting for a device buffer");
 }
 
 bool Buffer::Ready() const {
   if (donated_) return true;
   const Plugin& plugin = client_->plugin();
-  auto args = PJRT_ARGS(PJRT_Buffer_ReadyEvent);
-  args.buffer = buffer_;
-  PJRT_CALL(plugin, PJRT_Buffer_ReadyEvent, &args);
+  PJRT_Event* event = ReadyEvent();
   bool ready = true;
   try {
-    ready = plugin.EventReady(args.event);
+    ready = plugin.EventReady(event);
   } catch (const std::exception&) {
     // a broken event: ready, and its reader reports the error
   }
   auto destroy = PJRT_ARGS(PJRT_Event_Destroy);
-  destroy.event = args.event;
+  destroy.event = event;
   plugin.api()->PJRT_Event_Destroy(&destroy);
   return ready;
 }

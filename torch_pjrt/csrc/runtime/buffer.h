@@ -78,6 +78,7 @@ class Buffer {
 
  private:
   const void* DirectAddress() const;
+  PJRT_Event* ReadyEvent() const;  // the caller destroys it
 
   std::shared_ptr<Client> client_;
   PJRT_Buffer* buffer_;
@@ -87,7 +88,7 @@ class Buffer {
   size_t nbytes_ = 0;
   bool donated_ = false;
   std::atomic<int> inflight_reads_{0};
-  // Where ToHost may copy this buffer's bytes itself (ReadDirectly): its host address, once
+  // Where ToHost may copy this buffer's bytes itself (DirectAddress): its host address, once
   // found, or nullptr where it must ask the plugin (a device that is not host memory, a layout
   // that is not dense row-major). Set by the first read.
   mutable std::once_flag direct_once_;

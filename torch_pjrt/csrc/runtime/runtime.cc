@@ -47,15 +47,17 @@ void SetWarningHandler(std::function<void(const std::string&)> handler) {
 
 namespace {
 
+// Whether the sub-plugin declares boolean capability `name` ("1"; capability_strings in base.py).
+bool Declares(const PluginConfig& config, const char* name) {
+  auto it = config.capabilities.find(name);
+  return it != config.capabilities.end() && it->second == "1";
+}
+
 std::shared_ptr<Client> StartClient(const PluginConfig& config) {
   auto plugin = Plugin::Load(config.name, config.library_path);
   auto client = std::make_shared<Client>(plugin, config.options, config.kv_store);
-  auto host_kernels = config.capabilities.find("host_kernels");
-  if (host_kernels != config.capabilities.end() && host_kernels->second == "1") {
-    RegisterFfiHandlers(*plugin, client->platform_name());
-  }
-  auto host_memory = config.capabilities.find("host_memory");
-  client->set_host_memory(host_memory != config.capabilities.end() && host_memory->second == "1");
+  if (Declares(config, "host_kernels")) RegisterFfiHandlers(*plugin, client->platform_name());
+  client->set_host_memory(Declares(config, "host_memory"));
   if (client->device_count() == 0) {
     throw PjrtError("PJRT plugin '" + config.name + "' started but reports no addressable devices");
   }
