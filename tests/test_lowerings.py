@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import Counters
+from helpers import Counters, dumped_text, dumping_graphs
 
 FLOATS = [torch.float32, torch.bfloat16]
 ALL_FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -464,6 +464,37 @@ def test_conv1d_and_conv3d():
     check(lambda x, w: F.conv1d(x, w, padding=2, stride=2), [make((2, 3, 11), torch.float32), make((5, 3, 4), torch.float32)])
     check(lambda x, w: F.conv3d(x, w, padding=1), [make((1, 2, 4, 5, 6), torch.float32), make((3, 2, 3, 3, 3), torch.float32)],
           atol=1e-4, rtol=1e-4)
+
+
+# Convolutions whose stride equals their kernel (ViT's patch embedding) lower to dot_general:
+# sizes that leave rows and columns uncovered, 1-d to 3-d, bias or none, each float type.
+@pytest.mark.parametrize("x_shape,w_shape,stride,dtype", [
+    ((2, 3, 32, 32), (8, 3, 16, 16), 16, torch.float32),
+    ((2, 3, 35, 33), (8, 3, 16, 16), 16, torch.float32),
+    ((2, 3, 12, 10), (5, 3, 4, 2), (4, 2), torch.float64),
+    ((2, 3, 12, 10), (5, 3, 4, 2), (4, 2), torch.bfloat16),
+    ((2, 3, 13), (4, 3, 3), 3, torch.float32),
+    ((1, 2, 5, 6, 7), (3, 2, 2, 3, 2), (2, 3, 2), torch.float32),
+])
+@pytest.mark.parametrize("bias", [True, False])
+def test_patch_convolutions_are_dots(tmp_path, x_shape, w_shape, stride, dtype, bias):
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(x_shape)]
+    x, w, b = make(x_shape, dtype, seed=1), make(w_shape, dtype, seed=2), make(w_shape[:1], dtype, seed=3)
+
+    def f(x, w, b):
+        x, w, b = [t.detach().requires_grad_() for t in (x, w, b)]
+        y = conv(x, w, b if bias else None, stride=stride)
+        (y * y).sum().backward()
+        return y, x.grad, w.grad, b.grad
+    torch.pjrt.synchronize()
+    with dumping_graphs(tmp_path):
+        # float32 sums of up to 768 products in another order than oneDNN's: atol as test_conv2d's.
+        tolerance = {torch.bfloat16: dict(atol=0.5, rtol=2e-2), torch.float32: dict(atol=1e-3, rtol=1e-4)}
+        y = check(f, [x, w, b], dtype, **tolerance.get(dtype, {}))[0]
+    assert y.stride() == conv(x, w, stride=stride).stride()
+    text = dumped_text(tmp_path)
+    assert "stablehlo.dot_general" in text
+    assert "stablehlo.convolution" not in text and "custom_call @torch_pjrt_conv" not in text
 
 
 @pytest.mark.parametrize("kernel,stride,padding,ceil_mode,dilation", [(2, 2, 0, False, 1), (3, 2, 1, True, 1), (3, 1, 1, False, 2)])

@@ -129,6 +129,82 @@ Val ConvGradWeight(Emitter& e, const Val& x, const Val& g, const Dims& k_spatial
   return e.Convolution(x, g, d, out);
 }
 
+// ------------------------------------------------------------ patch convolutions
+// A convolution whose stride equals its kernel, without padding, dilation or groups, reads each
+// input element once (ViT's patch embedding: 16x16 kernel, stride 16). It is a matrix product of
+// the input's non-overlapping patches with the weight, contracted over (channel, kernel offset),
+// which XLA runs as one dot instead of a convolution (or, on the CPU plugin, a host-kernel call
+// and its hand-off: ViT-tiny's training step 10% faster). 1x1 convolutions stay convolutions:
+// as dots MobileNetV3-small ran 8-15% slower (docs/design.md, "Patch convolutions as dots").
+bool IsPatchConvolution(const Val& w, const ConvParams& p, bool transposed) {
+  if (transposed || p.groups != 1) return false;
+  bool larger_than_one = false;
+  for (size_t i = 0; i < p.stride.size(); ++i) {
+    int64_t k = w.dims()[2 + i];
+    if (p.stride[i] != k || p.padding[i] != 0 || p.dilation[i] != 1) return false;
+    larger_than_one |= k > 1;
+  }
+  return larger_than_one;
+}
+
+// x [N, C, H0, H1, ...] -> [N, C, H0/k0, k0, H1/k1, k1, ...], dropping the rows and columns no
+// patch covers (as the convolution does).
+Val Patches(Emitter& e, const Val& x, const Dims& kernel) {
+  Dims limit = x.dims(), split{x.dims()[0], x.dims()[1]};
+  for (size_t i = 0; i < kernel.size(); ++i) {
+    int64_t patches = x.dims()[2 + i] / kernel[i];
+    limit[2 + i] = patches * kernel[i];
+    split.push_back(patches);
+    split.push_back(kernel[i]);
+  }
+  Val covered = e.Slice(x, Dims(x.rank(), 0), limit, Dims(x.rank(), 1));
+  return e.Reshape(covered, split);
+}
+
+// The patches' (channel, offset) dimensions: 1, 3, 5, ...
+Dims PatchContraction(size_t spatial) {
+  Dims d{1};
+  for (size_t i = 0; i < spatial; ++i) d.push_back(3 + 2 * i);
+  return d;
+}
+
+// y [N, O, P0, P1, ...] = sum over c, offsets of patches(x) * w.
+Val PatchConvForward(Emitter& e, const Val& x, const Val& w, ElementType acc) {
+  size_t n = static_cast<size_t>(w.rank() - 2);
+  Dims w_contract;
+  for (size_t i = 1; i < 2 + n; ++i) w_contract.push_back(static_cast<int64_t>(i));
+  Val y = e.DotGeneral(Patches(e, x, Spatial(w)), w, {}, {}, PatchContraction(n), w_contract, acc);
+  Dims perm{0, static_cast<int64_t>(n) + 1};  // [N, P..., O] -> [N, O, P...]
+  for (size_t i = 0; i < n; ++i) perm.push_back(1 + static_cast<int64_t>(i));
+  return e.Transpose(y, perm);
+}
+
+// dx: each patch gets g's column times the weight; positions no patch covers get zero.
+Val PatchConvGradInput(Emitter& e, const Val& g, const Val& w, const Dims& in_spatial, ElementType acc) {
+  int64_t n = w.rank() - 2;
+  Val d = e.DotGeneral(g, w, {}, {}, {1}, {0}, acc);  // [N, P..., C, k...]
+  Dims perm{0, n + 1}, merged{g.dims()[0], w.dims()[1]}, hi{0, 0};
+  for (int64_t i = 0; i < n; ++i) {
+    perm.push_back(1 + i);
+    perm.push_back(n + 2 + i);
+    merged.push_back(g.dims()[2 + i] * w.dims()[2 + i]);
+    hi.push_back(in_spatial[i] - merged.back());
+  }
+  Val dx = e.Reshape(e.Transpose(d, perm), merged);
+  return e.Pad(dx, e.Full(0.0, TensorType{acc, {}}), Dims(dx.rank(), 0), hi, Dims(dx.rank(), 0));
+}
+
+// dw [O, C, k...] = sum over batch and patches of g * patches(x).
+Val PatchConvGradWeight(Emitter& e, const Val& x, const Val& g, const Dims& kernel, ElementType acc) {
+  size_t n = kernel.size();
+  Dims g_contract{0}, p_contract{0};
+  for (size_t i = 0; i < n; ++i) {
+    g_contract.push_back(2 + static_cast<int64_t>(i));
+    p_contract.push_back(2 + 2 * static_cast<int64_t>(i));
+  }
+  return e.DotGeneral(g, Patches(e, x, kernel), {}, {}, g_contract, p_contract, acc);
+}
+
 Val AddBias(Emitter& e, const Val& y, const Val& bias) {
   return e.Binary("add", y, e.BroadcastInDim(e.Convert(bias, y.dtype()), y.dims(), {1}));
 }
@@ -158,7 +234,9 @@ std::vector<Val> LowerConvolution(LowerCtx& c) {
   ElementType t = c.out().dtype;
   Val xc = c.e.Convert(x, t), wc = c.e.Convert(w, t);
   Val y;
-  if (UseHostConvolution(c.e, x, w, t)) {
+  if (IsPatchConvolution(w, p, c.bool_arg(6))) {
+    y = PatchConvForward(c.e, xc, wc, acc);
+  } else if (UseHostConvolution(c.e, x, w, t)) {
     Dims output_padding = Expand(c.int_list(7), spatial, 0);
     y = CallHostKernel(c.e, "torch_pjrt_conv", {{x, true}, {w, false}}, {{c.out(), true}},
                        HostConvAttrs(p, c.bool_arg(6), output_padding),
@@ -182,7 +260,17 @@ std::vector<Val> LowerConvolutionBackward(LowerCtx& c) {
   bool transposed = c.bool_arg(6);
   Dims mask = c.int_list(9);
   std::vector<Val> out(3);
-  if ((mask[0] || mask[1]) && UseHostConvolution(c.e, x, w, g.dtype())) {
+  if (IsPatchConvolution(w, p, transposed)) {
+    if (mask[0]) {
+      ElementType t = c.out(0).dtype;
+      out[0] = c.e.Convert(PatchConvGradInput(c.e, c.e.Convert(g, t), c.e.Convert(w, t), Spatial(x), Opmath(t)), t);
+    }
+    if (mask[1]) {
+      ElementType t = c.out(1).dtype;
+      out[1] = c.e.Convert(PatchConvGradWeight(c.e, c.e.Convert(x, t), c.e.Convert(g, t), Spatial(w), Opmath(t)), t);
+    }
+    mask[0] = mask[1] = 0;
+  } else if ((mask[0] || mask[1]) && UseHostConvolution(c.e, x, w, g.dtype())) {
     std::string attrs = HostConvAttrs(p, transposed, Expand(c.int_list(7), spatial, 0)) +
                         ", grad_input = " + std::to_string(mask[0]) + " : i64, grad_weight = " +
                         std::to_string(mask[1]) + " : i64";
