@@ -104,9 +104,7 @@ std::shared_ptr<Buffer> Buffer::FromHostAsync(const std::shared_ptr<Client>& cli
     return buffer;
   }
   // PJRT lets an event be destroyed before it is ready; the callback stays registered.
-  auto destroy = PJRT_ARGS(PJRT_Event_Destroy);
-  destroy.event = args.done_with_host_buffer;
-  plugin.api()->PJRT_Event_Destroy(&destroy);
+  plugin.DestroyEvent(args.done_with_host_buffer);
   return buffer;
 }
 
@@ -255,9 +253,7 @@ bool Buffer::Ready() const {
   } catch (const std::exception&) {
     // a broken event: ready, and its reader reports the error
   }
-  auto destroy = PJRT_ARGS(PJRT_Event_Destroy);
-  destroy.event = event;
-  plugin.api()->PJRT_Event_Destroy(&destroy);
+  plugin.DestroyEvent(event);
   return ready;
 }
 

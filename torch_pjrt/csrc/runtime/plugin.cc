@@ -162,10 +162,14 @@ void Plugin::AwaitAndDestroy(PJRT_Event* event, const char* what) const {
   auto await = PJRT_ARGS(PJRT_Event_Await);
   await.event = event;
   PJRT_Error* error = api_->PJRT_Event_Await(&await);
+  DestroyEvent(event);
+  Check(error, what);
+}
+
+void Plugin::DestroyEvent(PJRT_Event* event) const {
   auto destroy = PJRT_ARGS(PJRT_Event_Destroy);
   destroy.event = event;
   api_->PJRT_Event_Destroy(&destroy);
-  Check(error, what);
 }
 
 }  // namespace torch_pjrt::runtime

@@ -76,6 +76,8 @@ class Plugin {
   bool EventReady(PJRT_Event* event) const;
   // Destroys an event after waiting for it; throws the event's error if it failed.
   void AwaitAndDestroy(PJRT_Event* event, const char* what) const;
+  // Destroys an event without waiting (PJRT allows it before the event is ready).
+  void DestroyEvent(PJRT_Event* event) const;
 
  private:
   Plugin() = default;
