@@ -1,9 +1,9 @@
 #include "graph/index_checks.h"
 
-#include <unordered_set>
-
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace torch_pjrt::graph {
 
@@ -139,8 +139,12 @@ void PropagateIndexChecks(int device, const std::vector<std::shared_ptr<runtime:
   for (LaunchedChecks& launched : Launched()) {
     if (launched.device != device) continue;
     for (auto& guarded : launched.dependents) {
-      bool reads_guarded = false;
-      for (const auto& b : guarded) reads_guarded = reads_guarded || inputs.count(b.lock().get());
+      // Buffers freed since need no poison: dropped, so that lists extended by every replay of a
+      // loop do not grow with dead entries while the check stays pending.
+      guarded.erase(std::remove_if(guarded.begin(), guarded.end(), [](const auto& b) { return b.expired(); }),
+                    guarded.end());
+      bool reads_guarded =
+          std::any_of(guarded.begin(), guarded.end(), [&](const auto& b) { return inputs.count(b.lock().get()) > 0; });
       if (reads_guarded) guarded.insert(guarded.end(), written.begin(), written.end());
     }
   }
