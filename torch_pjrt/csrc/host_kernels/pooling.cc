@@ -1,10 +1,10 @@
-// Host kernels for 2-d max pooling (float32): torch's own CPU kernels. XLA:CPU ran the
-// lowering's backward (one compare-select-pad per window tap) 4-5x slower than eager's
-// (docs/design.md, XLA CPU performance notes), and ResNet's stem pools every step. Targets:
-//   torch_pjrt_max_pool2d(x) -> (y, indices): at::max_pool2d_with_indices;
+// The host kernel for the 2-d max pooling backward (float32): torch's own CPU kernel. XLA:CPU ran
+// the lowering's backward (one compare-select-pad per window tap) 4-5x slower than eager's
+// (docs/design.md, XLA CPU performance notes), and ResNet's stem pools every step. The forward is
+// XLA's (lowering/pooling.cc: its taps fuse with the ops around them). Target:
 //   torch_pjrt_max_pool2d_backward(grad_y, x, indices) -> grad_x.
 // Attributes: kernel, stride, padding, dilation (i64 arrays), ceil_mode (i64); channels_last (i64)
-// when x, y, the indices and the gradients are [N, H, W, C] arrays.
+// when x, the indices and the gradients are [N, H, W, C] arrays.
 #include <ATen/ATen.h>
 
 #include "host_kernels/host_kernels.h"
@@ -23,15 +23,6 @@ PoolArgs ReadPoolArgs(const XLA_FFI_CallFrame* frame) {
                   runtime::FfiIntAttr(frame, "ceil_mode", 0) != 0};
 }
 
-XLA_FFI_Error* MaxPool2d(XLA_FFI_CallFrame* frame) {
-  return RunHandler(frame, "torch_pjrt_max_pool2d", [frame] {
-    PoolArgs a = ReadPoolArgs(frame);
-    at::Tensor y = ActivationRet(frame, 0), indices = ActivationRet(frame, 1);
-    at::max_pool2d_with_indices_out(y, indices, ActivationArg(frame, 0), a.kernel, a.stride, a.padding, a.dilation,
-                                    a.ceil_mode);
-  });
-}
-
 XLA_FFI_Error* MaxPool2dBackward(XLA_FFI_CallFrame* frame) {
   return RunHandler(frame, "torch_pjrt_max_pool2d_backward", [frame] {
     PoolArgs a = ReadPoolArgs(frame);
@@ -41,8 +32,7 @@ XLA_FFI_Error* MaxPool2dBackward(XLA_FFI_CallFrame* frame) {
   });
 }
 
-const bool registered = (runtime::AddFfiHandler("torch_pjrt_max_pool2d", MaxPool2d),
-                         runtime::AddFfiHandler("torch_pjrt_max_pool2d_backward", MaxPool2dBackward), true);
+const bool registered = (runtime::AddFfiHandler("torch_pjrt_max_pool2d_backward", MaxPool2dBackward), true);
 
 }  // namespace
 }  // namespace torch_pjrt::host_kernels

@@ -1,5 +1,5 @@
-// Pooling beyond nn.cc's 2-d ops: max pooling with indices and average pooling in 3-d (windowed
-// reductions), adaptive average and max pooling (separable taps; a reshape and a reduction where
+// Pooling beyond nn.cc's 2-d ops: max pooling with indices (a maximum over the window taps'
+// strided slices), average pooling in 3-d (windowed reductions), adaptive average and max pooling (separable taps; a reshape and a reduction where
 // the windows are uniform), max unpooling (a scatter) and fractional max pooling.
 //
 // Max pooling's selection follows torch's CPU kernels, which scan a window in row-major order and
@@ -116,66 +116,72 @@ PoolArgs ReadPoolArgs(LowerCtx& c, size_t n, size_t kernel_i, size_t stride_i, s
 
 // ------------------------------------------------------------ max pooling
 
-// Host kernels (TargetOptions::host_kernels): float32 2-d max pooling and its backward run as
-// torch's own CPU kernels inside the program (host_kernels/pooling.cc); XLA:CPU ran this file's
-// backward 4-5x slower than eager (docs/design.md).
+// Host kernels (TargetOptions::host_kernels): the float32 2-d max pooling backward runs as torch's
+// own CPU kernel inside the program (host_kernels/pooling.cc); XLA:CPU ran this file's backward
+// 4-5x slower than eager (docs/design.md). The forward stays XLA's (LowerMaxPool).
 bool UseHostMaxPool(const Emitter& e, int n, const Val& x) {
   return n == 2 && e.target().host_kernels && x.dtype() == ElementType::kF32;
 }
 
-// The attributes of torch_pjrt_max_pool2d(_backward): the pooling's arguments.
+// The attributes of torch_pjrt_max_pool2d_backward: the pooling's arguments.
 std::string HostPoolAttrs(const PoolArgs& p, bool ceil_mode) {
   return "ceil_mode = " + std::string(ceil_mode ? "1" : "0") + " : i64, dilation = " + ArrayAttr(p.dilation) +
          ", kernel = " + ArrayAttr(p.kernel) + ", padding = " + ArrayAttr(p.padding) +
          ", stride = " + ArrayAttr(p.stride);
 }
 
+// Tap `tap` (row-major over the kernel) of every window: one strided slice of the padded input
+// `xp`, shaped like the pooled output `out`.
+Val TapSlice(Emitter& e, const Val& xp, size_t n, const PoolArgs& p, const Dims& out, int64_t tap) {
+  int64_t lead = xp.rank() - static_cast<int64_t>(n);
+  Dims start(xp.rank(), 0), limit = xp.dims(), strides(xp.rank(), 1);
+  for (int64_t d = static_cast<int64_t>(n) - 1; d >= 0; --d) {
+    int64_t j = tap % p.kernel[d];
+    tap /= p.kernel[d];
+    int64_t a = lead + d;
+    start[a] = j * p.dilation[d];
+    limit[a] = start[a] + (out[a] - 1) * p.stride[d] + 1;
+    strides[a] = p.stride[d];
+  }
+  return e.Slice(xp, start, limit, strides);
+}
+
 // max_pool2d/3d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False)
+// Values: the maximum over the window taps' slices, an elementwise loop that XLA fuses with the
+// ops around it and, between channels-last host convolutions, runs channels-last (layout
+// assignment turns the transposes into bitcasts). A single-operand reduce_window kept its operand
+// in the default layout (a transpose on either side) and ran the small CNN 30% slower than torch's
+// host kernel, which in turn ran it 6% slower than the taps (docs/design.md, "Max pooling as
+// taps"). Indices: per tap, the first tap equal to the max, or the last NaN tap; XLA drops them
+// where nothing reads them (inference).
 template <int n>
 std::vector<Val> LowerMaxPool(LowerCtx& c) {
   Val x = c.tensor(0);
   PoolArgs p = ReadPoolArgs(c, n, 1, 2, 3, 4);
-  if (UseHostMaxPool(c.e, n, x) && NumElements(c.out(0).dims) > 0) {
-    return CallHostKernel(c.e, "torch_pjrt_max_pool2d", {{x, true}}, {{c.out(0), true}, {c.out(1), true}},
-                          HostPoolAttrs(p, c.bool_arg(5)), /*channels_last=*/true);
-  }
-  Window w = PoolWindow(x, n, p.kernel, p.stride, p.padding, p.dilation, Trailing(c.out(0).dims, n));
-  if (NumElements(c.out(0).dims) == 0) {
-    return {c.e.Full(0, c.out(0)), c.e.Full(0, c.out(1))};
-  }
+  const Dims& out = c.out(0).dims;
+  if (NumElements(out) == 0) return {c.e.Full(0, c.out(0)), c.e.Full(0, c.out(1))};
+  Window w = PoolWindow(x, n, p.kernel, p.stride, p.padding, p.dilation, Trailing(out, n));
   Emitter& e = c.e;
   ElementType t = x.dtype();
-  Val lowest = e.Scalar(LowestValue(t), t);
-  // Values: a single-operand windowed max (a variadic value-and-index reduce_window runs several
-  // times slower on XLA:CPU). Indices: one strided slice per window tap, folded elementwise: the
-  // first tap equal to the max, or the last NaN tap.
-  auto max_body = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> { return {b.Binary("maximum", a[0], a[1])}; };
-  Val mx = e.ReduceWindow({x}, {lowest}, w.window, w.strides, Dims(x.rank(), 1), w.dilation, w.padding, max_body)[0];
   Dims lo, hi, none(x.rank(), 0);
   for (const auto& pr : w.padding) {
     lo.push_back(pr.first);
     hi.push_back(pr.second);
   }
-  Val xp = e.Pad(x, lowest, lo, hi, none);
+  Val xp = e.Pad(x, e.Scalar(LowestValue(t), t), lo, hi, none);
+  int64_t taps = 1;
+  for (int64_t k : p.kernel) taps *= k;
+  std::vector<Val> values;
+  for (int64_t tap = 0; tap < taps; ++tap) values.push_back(TapSlice(e, xp, n, p, out, tap));
+  Val mx;
+  for (const Val& v : values) mx = mx.valid() ? e.Binary("maximum", mx, v) : v;
   ElementType ix = IndexType(x.dims(), n);
   Val ip = e.Pad(FlatIndex(e, x.dims(), n, ix), e.Scalar(NoIndex(ix), ix), lo, hi, none);
-  TensorType it{ix, mx.dims()};
+  TensorType it{ix, out};
   Val first = e.Full(NoIndex(ix), it), last_nan = e.Full(-1, it);
   bool is_float = IsFloating(t);
-  int64_t lead = x.rank() - n, taps = 1;
-  for (int64_t k : p.kernel) taps *= k;
   for (int64_t tap = 0; tap < taps; ++tap) {
-    Dims start(x.rank(), 0), limit = xp.dims(), strides(x.rank(), 1);
-    int64_t rem = tap;
-    for (int64_t d = n - 1; d >= 0; --d) {
-      int64_t j = rem % p.kernel[d];
-      rem /= p.kernel[d];
-      int64_t a = lead + d;
-      start[a] = j * p.dilation[d];
-      limit[a] = start[a] + (mx.dims()[a] - 1) * p.stride[d] + 1;
-      strides[a] = p.stride[d];
-    }
-    Val xt = e.Slice(xp, start, limit, strides), itap = e.Slice(ip, start, limit, strides);
+    Val xt = values[tap], itap = TapSlice(e, ip, n, p, out, tap);
     first = e.Binary("minimum", first, e.Select(e.Compare("EQ", xt, mx), itap, e.Full(NoIndex(ix), it)));
     if (is_float) last_nan = e.Binary("maximum", last_nan, e.Select(e.Compare("NE", xt, xt), itap, e.Full(-1, it)));
   }
@@ -607,7 +613,7 @@ std::vector<Val> LowerFractionalMaxPool(LowerCtx& c) {
 void RegisterPoolingOps(Registry& r) {
   // max_pool2d_with_indices moved here from nn.cc: its window padding now loses ties to real
   // elements (an all -inf window reported index -1) and NaN ties follow the CPU scan order.
-  r.Add("max_pool2d_with_indices", LowerMaxPool<2>).host_kernel = true;
+  r.Add("max_pool2d_with_indices", LowerMaxPool<2>);
   r.Add("max_pool2d_with_indices_backward", LowerMaxPoolBackward<2>).host_kernel = true;
   r.Add("max_pool3d_with_indices", LowerMaxPool<3>);
   r.Add("max_pool3d_with_indices_backward", LowerMaxPoolBackward<3>);
