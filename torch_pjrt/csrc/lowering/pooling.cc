@@ -119,7 +119,7 @@ PoolArgs ReadPoolArgs(LowerCtx& c, size_t n, size_t kernel_i, size_t stride_i, s
 // Host kernels (TargetOptions::host_kernels): the float32 2-d max pooling backward runs as torch's
 // own CPU kernel inside the program (host_kernels/pooling.cc); XLA:CPU ran this file's backward
 // 4-5x slower than eager (docs/design.md). The forward stays XLA's (LowerMaxPool).
-bool UseHostMaxPool(const Emitter& e, int n, const Val& x) {
+bool UseHostMaxPoolBackward(const Emitter& e, int n, const Val& x) {
   return n == 2 && e.target().host_kernels && x.dtype() == ElementType::kF32;
 }
 
@@ -235,7 +235,7 @@ std::vector<Val> LowerMaxPoolBackward(LowerCtx& c) {
   Emitter& e = c.e;
   if (x.numel() == 0 || g.numel() == 0) return {e.Full(0, c.out())};
   PoolArgs p = ReadPoolArgs(c, n, 2, 3, 4, 5);
-  if (UseHostMaxPool(e, n, x) && g.dtype() == ElementType::kF32) {
+  if (UseHostMaxPoolBackward(e, n, x) && g.dtype() == ElementType::kF32) {
     return CallHostKernel(e, "torch_pjrt_max_pool2d_backward", {{g, true}, {x, true}, {idx, true}}, {{c.out(), true}},
                           HostPoolAttrs(p, c.bool_arg(6)), /*channels_last=*/true);
   }
