@@ -1,6 +1,7 @@
 // Pooling beyond nn.cc's 2-d ops: max pooling with indices (a maximum over the window taps'
-// strided slices), average pooling in 3-d (windowed reductions), adaptive average and max pooling (separable taps; a reshape and a reduction where
-// the windows are uniform), max unpooling (a scatter) and fractional max pooling.
+// strided slices), average pooling in 3-d (windowed reductions), adaptive average and max pooling
+// (separable taps; a reshape and a reduction where the windows are uniform), max unpooling (a
+// scatter) and fractional max pooling.
 //
 // Max pooling's selection follows torch's CPU kernels, which scan a window in row-major order and
 // take an element when `val > max || isnan(val)`: the result is the last NaN if there is one, else
