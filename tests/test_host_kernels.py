@@ -240,10 +240,10 @@ def host_calls(text, target):
 
 
 def test_activations_travel_channels_last(tmp_path):
-    """The max pooling backward and convolutions whose activations outweigh their weight pass their [N, C, H, W]
-    activations as [N, H, W, C] arrays (channels_last = 1): torch's CPU max pooling is 12-15x
-    faster on that layout and oneDNN skips its reorders, and XLA cancels the transposes between
-    two such calls. A convolution with a larger weight keeps NCHW. Results equal eager's, forward
+    """The max pooling backward and convolutions whose activations outweigh their weight pass
+    their [N, C, H, W] activations as [N, H, W, C] arrays (channels_last = 1): torch's CPU max
+    pooling is 12-15x faster on that layout and oneDNN skips its reorders, and XLA cancels the
+    transposes between two such calls. A convolution with a larger weight keeps NCHW. Results equal eager's, forward
     and backward, with NCHW and channels-last inputs, grouped and transposed convolutions."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(

@@ -66,8 +66,9 @@ namespace {
 // needed for the fusions around it. MobileNetV3-small (53 convolutions, all < 2.4 MFLOP at 64x64)
 // inference went from 12.2 to 8.1-9.8 ms per step, training from 41-54 to 25-36 ms; ResNet-18's
 // (~38 MFLOP convolutions) did not move (docs/design.md, "Host kernels"). Only convolutions give
-// an estimate: max pooling is memory-bound (a 2x2 pool of [64, 32, 32, 32] is 2 MFLOP over 8 MB),
-// and inline it took bench/run.py's small CNN from ~3100 to ~2000 images/s.
+// an estimate: the max pooling backward is memory-bound and stays on the kernel thread (the
+// forward, a host kernel until 2026-11-29, is 2 MFLOP over 8 MB for a 2x2 pool of [64, 32, 32, 32],
+// and inline it had taken bench/run.py's small CNN from ~3100 to ~2000 images/s).
 constexpr int64_t kSerialKernelFlops = 4'000'000;
 
 // Runs `kernel`, returning its exception's message ("" when it succeeded).
