@@ -375,7 +375,7 @@ XLA_POOL_SIZE = """
 def xla_pool_size(setup="", env=None):
     """XLA's worker threads in a fresh one-device process (XLA gives each device a thread at
     least), torch's thread count there, and its CPUs."""
-    env = dict(env or {}, TORCH_PJRT_CPU_DEVICE_COUNT="1")
+    env = dict({"TORCH_PJRT_SMALL_PROGRAM_WORK": "0"}, **(env or {}), TORCH_PJRT_CPU_DEVICE_COUNT="1")
     out = run_python(XLA_POOL_SIZE.format(setup=setup), env=env).stdout.split()
     return tuple(int(v) for v in out)
 

@@ -1,6 +1,7 @@
 """``torch.pjrt.metrics``: what the device did.
 
-Counters: graphs compiled, cache hits (memory, disk), StableHLO lowerings, executions, donated
+Counters: graphs compiled, cache hits (memory, disk), StableHLO lowerings, executions (of which
+``SmallProgramExecutions`` ran on the small programs' one-thread client), donated
 buffers, transfers (count and bytes, both ways), CPU fallbacks per op (``<namespace>::<op>``: ``aten::nonzero``, a custom op's ``mylib::op``), syncs by
 cause (``Sync::<cause>``), nodes traced, reads answered by an earlier read's result without a
 sync (``RememberedReads``), small reads computed alone with the trace left uncut

@@ -42,6 +42,18 @@ class DevicePlugin:
         """
         return {}
 
+    def small_program_client(self) -> Optional[Dict[str, Any]]:
+        """A second client for small programs, or None (the default): one client runs everything.
+
+        Returns ``{"env": {name: value}, "max_work": n}``: the second client starts with those
+        environment variables set (and the old values back afterwards), and every program whose
+        arithmetic is below ``n`` runs on it (elements computed, a dot or convolution counting its
+        multiply-adds). Only for ``host_memory`` plugins: each client's programs read the other's
+        buffers as views of the same memory. Called when the client starts; never in a job that
+        runs collectives across processes.
+        """
+        return None
+
     def is_available(self) -> bool:
         """Whether this plugin can run here. Must be cheap and must not load the library."""
         return True

@@ -236,6 +236,9 @@ def candidate_config(index: int) -> Optional[Dict]:
         worker = _compile_worker_command(plugin)
         if worker is not None:
             config["compile_worker"] = worker
+        small = plugin.small_program_client() if job is None else None
+        if small is not None:
+            config["small_program_client"] = small
         if job is not None:
             rank, size, store = job
             config["options"].update(plugin.distributed_client_options(rank, size))

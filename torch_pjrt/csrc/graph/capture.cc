@@ -236,7 +236,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> SlotBuffers(const CapturedGraph& g
                                                           const std::vector<const void*>& scalar_bytes,
                                                           uint64_t seed, uint64_t offset) {
   if (g.draws.empty() && g.scalar_inputs.empty()) {
-    if (g.fixed_slots.empty()) g.fixed_slots = UploadValueScalars(g.device, g.slot_bytes, g.slot_count);
+    if (g.fixed_slots.empty()) g.fixed_slots = UploadValueScalars(g.compiled->executable->client(), g.device, g.slot_bytes, g.slot_count);
     return g.fixed_slots;
   }
   std::array<std::string, kNumElementTypes> bytes = g.slot_bytes;
@@ -250,7 +250,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> SlotBuffers(const CapturedGraph& g
     std::memcpy(&u64[8 * g.draws[d].seed_slot], &seed, 8);
     std::memcpy(&u64[8 * g.draws[d].offset_slot], &draw_offset, 8);
   }
-  return UploadValueScalars(g.device, bytes, g.slot_count);
+  return UploadValueScalars(g.compiled->executable->client(), g.device, bytes, g.slot_count);
 }
 
 }  // namespace
@@ -271,11 +271,8 @@ std::vector<std::shared_ptr<runtime::Buffer>> Replay(const CapturedGraph& g,
   std::vector<std::shared_ptr<runtime::Buffer>> arguments;
   for (const ParamSource& p : g.params) arguments.push_back(p.input >= 0 ? inputs[p.input]->buffer() : p.constant);
   for (auto& b : SlotBuffers(g, scalar_bytes, rng_seed, rng_offset)) arguments.push_back(std::move(b));
-  std::vector<PJRT_Buffer*> args;
-  args.reserve(arguments.size());
-  for (const auto& b : arguments) args.push_back(b->raw());
   std::vector<std::shared_ptr<runtime::Buffer>> read = arguments;
-  std::vector<std::shared_ptr<runtime::Buffer>> results = Launch(*g.compiled, args, g.device, d, std::move(arguments));
+  std::vector<std::shared_ptr<runtime::Buffer>> results = Launch(*g.compiled, std::move(arguments), g.device, std::move(d));
   // Earlier graphs' index checks are not waited for (that would stall the host until they ran):
   // results computed from what they guard are guarded too.
   PropagateIndexChecks(g.device, read, results);

@@ -28,6 +28,8 @@ struct CompiledGraph {
   // The program may call host kernels (torch's CPU kernels on the host-kernel thread): launching it
   // frees the launching thread's OpenMP team first (runtime/openmp.h).
   bool calls_host_kernels = false;
+  // The executable is loaded on the small programs' client (runtime::ClientForProgram).
+  bool small_program = false;
 };
 
 class CompileCache {

@@ -59,6 +59,7 @@ struct LoweredGraph {
   std::vector<TensorType> arg_types;
   std::string summary;
   Dims replica_devices;  // a program with collectives: the job-wide device of each replica
+  int64_t work = 0;      // lowering::Emitter::work
 };
 
 // Compilers (LLVM under XLA) allocate and free hundreds of MB per compile, and the lowering and
@@ -217,6 +218,7 @@ LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outp
     e.SetParameterAttr(param, "tf.aliasing_output = " + std::to_string(output) + " : i32");
   }
   g.text = e.Finish(results);
+  g.work = e.work();
   g.replica_devices = e.replica_devices();
   return g;
 }
@@ -386,24 +388,35 @@ std::string PluginFingerprint() {
 }
 
 std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compiled,
-                                                     const std::vector<PJRT_Buffer*>& args, int device,
-                                                     const LaunchDonations& d,
-                                                     std::vector<std::shared_ptr<runtime::Buffer>> keep_alive) {
+                                                     std::vector<std::shared_ptr<runtime::Buffer>> arguments,
+                                                     int device, LaunchDonations d) {
+  const std::shared_ptr<runtime::Client>& client = compiled.executable->client();
+  std::vector<PJRT_Buffer*> args;
+  args.reserve(arguments.size());
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const runtime::Buffer& b = *arguments[i];
+    args.push_back(b.RawFor(client));
+    if (b.client() == client) continue;
+    auto donated = std::find(d.donated.begin(), d.donated.end(), &b);
+    if (donated == d.donated.end()) continue;
+    d.donated.erase(donated);
+    d.kept.push_back(static_cast<int64_t>(i));
+  }
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
     if (compiled.calls_host_kernels) runtime::ReleaseCallerOpenMPTeam();
-    results = compiled.executable->Execute(args, device, d.donated, std::move(keep_alive), d.kept);
+    results = compiled.executable->Execute(args, device, d.donated, std::move(arguments), d.kept);
   }
   Metrics::Increment(Counter::kExecutions);
+  if (compiled.small_program) Metrics::Increment(Counter::kSmallProgramExecutions);
   Metrics::Increment(Counter::kDonatedBuffers, static_cast<int64_t>(d.donated.size()));
   return results;
 }
 
 std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
-    int device, const std::array<std::string, kNumElementTypes>& bytes,
+    const std::shared_ptr<runtime::Client>& client, int device, const std::array<std::string, kNumElementTypes>& bytes,
     const std::array<int32_t, kNumElementTypes>& count) {
-  auto client = runtime::GetClient();
   std::vector<std::shared_ptr<runtime::Buffer>> buffers;
   for (size_t k = 0; k < kNumElementTypes; ++k) {
     if (count[k] == 0) continue;
@@ -557,18 +570,19 @@ std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause 
     Metrics::Increment(Counter::kGraphsLowered);
   }
   WriteDump(key, g.text);
-  auto client = runtime::GetClient();
+  // A replicated program is bound to this job's devices: never shared through the disk cache.
+  const bool replicated = !g.replica_devices.empty();
+  auto client = runtime::ClientForProgram(g.work, replicated);
   std::string fingerprint = PluginFingerprint();
   auto compiled = std::make_shared<CompiledGraph>();
   compiled->arg_types = g.arg_types;
   compiled->summary = g.summary;
   compiled->calls_host_kernels = trace.host_kernel_nodes > 0 && Target().host_kernels;
+  compiled->small_program = client != runtime::GetClient();
   if (pending.has_checks) {
     std::vector<Value> targets(pending.outputs.begin(), pending.outputs.end() - 1);
     compiled->check_dependents = CheckDependents(trace.checks, targets);
   }
-  // A replicated program is bound to this job's devices: never shared through the disk cache.
-  const bool replicated = !g.replica_devices.empty();
   if (!replicated) compiled->executable = cache.LoadFromDisk(key, fingerprint, client);
   bool from_disk = static_cast<bool>(compiled->executable);
   if (from_disk) {
@@ -577,7 +591,7 @@ std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause 
     ScopedTimer timer(Timer::kCompile);
     std::string serialized;  // the worker's bytes, when it compiled
     compiled->executable = runtime::CompileProgram(
-        g.text, std::vector<int64_t>(g.replica_devices.begin(), g.replica_devices.end()), &serialized);
+        client, g.text, std::vector<int64_t>(g.replica_devices.begin(), g.replica_devices.end()), &serialized);
     Metrics::Increment(Counter::kGraphsCompiled);
     if (!serialized.empty()) Metrics::Increment(Counter::kCompilesInWorker);
     if (!replicated) cache.StoreToDisk(key, fingerprint, *compiled->executable, std::move(serialized));
@@ -595,14 +609,13 @@ std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause 
 
 // The execution's arguments: parameter buffers, then one array of value scalars per dtype, each
 // checked against what the program was compiled for (PJRT's Execute does not check).
-std::vector<PJRT_Buffer*> Arguments(int device, const DeviceTrace& trace, const CompiledGraph& compiled,
-                                    std::vector<std::shared_ptr<runtime::Buffer>>* keep_alive) {
-  std::vector<PJRT_Buffer*> args;
+std::vector<std::shared_ptr<runtime::Buffer>> Arguments(int device, const DeviceTrace& trace,
+                                                        const CompiledGraph& compiled) {
+  std::vector<std::shared_ptr<runtime::Buffer>> args;
   args.reserve(compiled.arg_types.size());
-  for (const NodeRef& p : trace.params) args.push_back(p->buffer->raw());
-  for (auto& b : UploadValueScalars(device, trace.slot_bytes, trace.slot_count)) {
-    args.push_back(b->raw());
-    keep_alive->push_back(std::move(b));
+  for (const NodeRef& p : trace.params) args.push_back(p->buffer);
+  for (auto& b : UploadValueScalars(compiled.executable->client(), device, trace.slot_bytes, trace.slot_count)) {
+    args.push_back(std::move(b));
   }
   if (args.size() != compiled.arg_types.size()) {
     throw std::logic_error("pjrt: graph takes " + std::to_string(compiled.arg_types.size()) +
@@ -668,14 +681,12 @@ void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGrap
     compiled = CompileGraph(key, device, cause, trace, g);
     cache.Insert(key, compiled);
   }
-  std::vector<std::shared_ptr<runtime::Buffer>> keep_alive;
-  std::vector<PJRT_Buffer*> args = Arguments(device, trace, *compiled, &keep_alive);
   // The parameter node holds each buffer (its storage holds the pending new value); a capture's
-  // input may also be held elsewhere.
+  // input may also be held elsewhere. Asked before the arguments below hold them too.
   LaunchDonations d;
   for (const auto& [p, o] : g.donations) d.Add(p, trace.params[p]->buffer);
-  for (const NodeRef& p : trace.params) keep_alive.push_back(p->buffer);
-  std::vector<std::shared_ptr<runtime::Buffer>> results = Launch(*compiled, args, device, d, std::move(keep_alive));
+  std::vector<std::shared_ptr<runtime::Buffer>> results =
+      Launch(*compiled, Arguments(device, trace, *compiled), device, std::move(d));
   if (record != nullptr) Describe(trace, g, compiled, record);
   Publish(device, trace, g, *compiled, std::move(results));
 }
@@ -855,15 +866,16 @@ void SyncAllDevices(SyncCause cause) {
 }
 
 void WaitDevice(int device) {
-  auto client = runtime::PeekClient();
-  if (client) runtime::WaitForExecutions(*client, device);
+  for (const auto& client : runtime::PeekClients()) runtime::WaitForExecutions(*client, device);
   GraphLock lock;
   if (DeferredErrorPtr failure = ResolveIndexChecks(device)) throw DeviceError(*failure);
 }
 
 bool DeviceIdle(int device) {
-  auto client = runtime::PeekClient();
-  return !client || runtime::ExecutionsDone(*client, device);
+  for (const auto& client : runtime::PeekClients()) {
+    if (!runtime::ExecutionsDone(*client, device)) return false;
+  }
+  return true;
 }
 
 }  // namespace torch_pjrt::graph

@@ -81,18 +81,19 @@ struct LaunchDonations {
   }
 };
 
-// Launches `compiled` on `device`, the one launch of the lazy path and of a capture's replay:
-// frees the caller's OpenMP team first where the program may call host kernels
-// (runtime/openmp.h), times the launch and counts it and its donated buffers.
+// Launches `compiled` on `device` with `arguments` (held until it finished), the one launch of
+// the lazy path and of a capture's replay: frees the caller's OpenMP team first where the program
+// may call host kernels (runtime/openmp.h), times the launch and counts it and its donated
+// buffers. An argument of the other client (runtime::ClientForProgram) is passed as a view
+// (Buffer::RawFor) and never donated: its memory stays its owner's.
 std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compiled,
-                                                     const std::vector<PJRT_Buffer*>& args, int device,
-                                                     const LaunchDonations& d,
-                                                     std::vector<std::shared_ptr<runtime::Buffer>> keep_alive);
+                                                     std::vector<std::shared_ptr<runtime::Buffer>> arguments,
+                                                     int device, LaunchDonations d);
 
-// The packed value scalars as device arrays, one per dtype that has any: a program's last
-// arguments, after its parameters.
+// The packed value scalars as device arrays of `client`, one per dtype that has any: a program's
+// last arguments, after its parameters.
 std::vector<std::shared_ptr<runtime::Buffer>> UploadValueScalars(
-    int device, const std::array<std::string, kNumElementTypes>& bytes,
+    const std::shared_ptr<runtime::Client>& client, int device, const std::array<std::string, kNumElementTypes>& bytes,
     const std::array<int32_t, kNumElementTypes>& count);
 
 // Materializes every storage written on `device` since its last sync, in one execution.

@@ -39,6 +39,7 @@ const char* Metrics::Name(Counter c) {
     case Counter::kCacheCorruptEntries: return "CacheCorruptEntries";
     case Counter::kGraphsLowered: return "GraphsLowered";
     case Counter::kExecutions: return "Executions";
+    case Counter::kSmallProgramExecutions: return "SmallProgramExecutions";
     case Counter::kDonatedBuffers: return "DonatedBuffers";
     case Counter::kTransfersToDevice: return "TransfersToDevice";
     case Counter::kTransferBytesToDevice: return "TransferBytesToDevice";

@@ -19,6 +19,7 @@ enum class Counter : int {
   kCacheCorruptEntries,
   kGraphsLowered,      // StableHLO text emitted (every miss; never on a memory/disk hit)
   kExecutions,
+  kSmallProgramExecutions,  // of those, on the small programs' client (runtime::ClientForProgram)
   kDonatedBuffers,
   kTransfersToDevice,
   kTransferBytesToDevice,

@@ -152,6 +152,7 @@ Val Emitter::NewValue(const TensorType& t) {
   v.id = next_id_++;
   v.type = t;
   ++num_ops_;
+  work_ += NumElements(t.dims);
   return v;
 }
 
@@ -164,6 +165,7 @@ std::vector<Val> Emitter::NewResults(const std::vector<TensorType>& types, std::
     v.id = id;
     v.sub = types.size() == 1 ? -1 : static_cast<int32_t>(i);
     v.type = types[i];
+    work_ += NumElements(types[i].dims);
     out.push_back(v);
   }
   *lhs = "%v" + std::to_string(id);
@@ -665,6 +667,9 @@ Val Emitter::EmitDotGeneral(const Val& a, const Val& b, const Dims& batch_a, con
     if (!skip) t.dims.push_back(b.dims()[i]);
   }
   Val v = NewValue(t);
+  int64_t contracted = 1;
+  for (int64_t d : contract_a) contracted *= a.dims()[d];
+  work_ += NumElements(t.dims) * std::max<int64_t>(contracted - 1, 0);
   std::string s = Name(v) + " = stablehlo.dot_general " + Name(a) + ", " + Name(b) + ", ";
   if (!batch_a.empty()) s += "batching_dims = " + DimsString(batch_a) + " x " + DimsString(batch_b) + ", ";
   s += "contracting_dims = " + DimsString(contract_a) + " x " + DimsString(contract_b);
@@ -925,10 +930,23 @@ std::string PrecisionConfig(std::string_view p) {
   std::string one = "#stablehlo<precision " + std::string(p) + ">";
   return ", precision_config = [" + one + ", " + one + "]";
 }
+// The multiply-adds per output element of a convolution: the kernel's elements over its output
+// features (the "o" of the kernel's part of `layout`, "[b, f, 0, 1]x[o, i, 0, 1]->...").
+int64_t ConvolutionTaps(const Val& rhs, const std::string& layout) {
+  size_t start = layout.find("x[");
+  int64_t o_dim = 0;
+  for (size_t i = start + 2, dim = 0; start != std::string::npos && i < layout.size() && layout[i] != ']'; ++i) {
+    if (layout[i] == ',') ++dim;
+    if (layout[i] == 'o') o_dim = static_cast<int64_t>(dim);
+  }
+  int64_t features = o_dim < rhs.rank() ? std::max<int64_t>(rhs.dims()[o_dim], 1) : 1;
+  return std::max<int64_t>(NumElements(rhs.dims()) / features, 1);
+}
 }  // namespace
 
 Val Emitter::Convolution(const Val& lhs, const Val& rhs, const ConvDims& d, const TensorType& out) {
   Val v = NewValue(out);
+  work_ += NumElements(out.dims) * (ConvolutionTaps(rhs, d.layout) - 1);
   std::string pad = "[";
   for (size_t i = 0; i < d.padding.size(); ++i) {
     pad += (i ? ", [" : "[") + std::to_string(d.padding[i].first) + ", " +

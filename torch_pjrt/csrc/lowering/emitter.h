@@ -78,6 +78,10 @@ class Emitter {
   // The whole module, returning `results` from @main.
   std::string Finish(const std::vector<Val>& results);
   size_t num_ops() const { return num_ops_; }
+  // The program's arithmetic, roughly: the elements of every value it computes, where a dot or a
+  // convolution counts its multiply-adds. What the runtime sizes a program by (which client runs
+  // it, runtime::CompileProgram).
+  int64_t work() const { return work_; }
 
   // ---- constants
   Val Scalar(double value, ElementType t);            // 0-d constant
@@ -246,6 +250,7 @@ class Emitter {
   std::vector<std::string> param_attrs_;
   int32_t next_id_ = 0;
   size_t num_ops_ = 0;
+  int64_t work_ = 0;
 };
 
 // Formatting helpers shared with the lowerings.

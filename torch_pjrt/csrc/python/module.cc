@@ -75,6 +75,11 @@ runtime::PluginConfig ToPluginConfig(const py::dict& candidate) {
   if (candidate.contains("compile_worker")) {
     c.compile_worker = candidate["compile_worker"].cast<std::vector<std::string>>();
   }
+  if (candidate.contains("small_program_client")) {
+    py::dict small = candidate["small_program_client"].cast<py::dict>();
+    c.small_program_env = small["env"].cast<std::map<std::string, std::string>>();
+    c.small_program_max_work = small["max_work"].cast<int64_t>();
+  }
   if (candidate.contains("capabilities")) {
     for (auto cap : candidate["capabilities"].cast<py::dict>()) {
       c.capabilities[cap.first.cast<std::string>()] = py::str(cap.second).cast<std::string>();
@@ -176,6 +181,8 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_set_candidate_provider", &SetCandidateProvider);
   m.def("_client_started", [] { return runtime::PeekClient() != nullptr; });
+  // Whether the small programs' client started beside the main one (runtime::ClientForProgram).
+  m.def("_small_program_client_started", [] { return runtime::PeekClients().size() > 1; });
   // Starting the client may call back into Python for the plugin config (taking the GIL from a
   // thread that holds the runtime lock), so these release the GIL before asking for it.
   m.def("_device_count", [] {
@@ -365,7 +372,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_compile_stablehlo", [](const std::string& text) {
     py::gil_scoped_release no_gil;
     std::string serialized;
-    return runtime::CompileProgram(text, {}, &serialized)->num_outputs();
+    return runtime::CompileProgram(runtime::GetClient(), text, {}, &serialized)->num_outputs();
   });
   // The compile worker's pid (-1: none) and whether it started (tests, debugging).
   m.def("_compile_worker_status", [] {

@@ -151,12 +151,13 @@ Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device)
 }
 
 void Buffer::MarkDonated() {
-  if (!donated_) AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));  // its memory is the output's now
+  if (!donated_ && counted_) AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));  // its memory is the output's now
   donated_ = true;
 }
 
 Buffer::~Buffer() {
-  if (!donated_) AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));
+  view_.reset();  // the view's memory is ours: it goes first
+  if (!donated_ && counted_) AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));
   auto destroy = PJRT_ARGS(PJRT_Buffer_Destroy);
   destroy.buffer = buffer_;
   PJRT_Error* error = client_->plugin().api()->PJRT_Buffer_Destroy(&destroy);
@@ -229,6 +230,43 @@ std::shared_ptr<Buffer> Buffer::CopyToDevice(int device) const {
   args.dst_device = client_->device(device);
   PJRT_CALL(plugin, PJRT_Buffer_CopyToDevice, &args);
   return std::make_shared<Buffer>(client_, args.dst_buffer, device);
+}
+
+std::shared_ptr<Buffer> Buffer::Uncounted(std::shared_ptr<Buffer> view) {
+  AddLiveBytes(view->device_, -static_cast<int64_t>(view->nbytes_));
+  view->counted_ = false;
+  return view;
+}
+
+PJRT_Buffer* Buffer::RawFor(const std::shared_ptr<Client>& client) const {
+  if (client == client_) return buffer_;
+  std::call_once(view_once_, [&] {
+    if (nbytes_ == 0 && type_ != ElementType::kInvalid) {  // no memory to view: an empty array there
+      static const char kNothing = 0;
+      view_ = Uncounted(FromHost(client, device_, type_, dims_, &kNothing));
+      return;
+    }
+    AwaitReady();
+    const void* address = DirectAddress();
+    if (address == nullptr) {
+      throw std::logic_error("pjrt: a program on a second client reads a buffer that is not host memory");
+    }
+    const Plugin& plugin = client->plugin();
+    auto args = PJRT_ARGS(PJRT_Client_CreateViewOfDeviceBuffer);
+    args.client = client->raw();
+    args.device_buffer_ptr = const_cast<void*>(address);
+    args.dims = dims_.data();
+    args.num_dims = dims_.size();
+    args.element_type = ToPjrtType(type_);
+    args.device = client->device(device_);
+    // The memory stays ours (freed with this Buffer, after the view). Not optional in practice:
+    // the CPU plugin calls the callback unchecked when the view dies.
+    args.on_delete_callback = [](void*, void*) {};
+    PJRT_CALL(plugin, PJRT_Client_CreateViewOfDeviceBuffer, &args);
+    view_ = Uncounted(std::make_shared<Buffer>(client, args.buffer, device_));
+  });
+  if (view_->client_ != client) throw std::logic_error("pjrt: a buffer read by programs of three clients");
+  return view_->buffer_;
 }
 
 PJRT_Event* Buffer::ReadyEvent() const {

@@ -56,6 +56,12 @@ class Buffer {
   const DeferredErrorPtr& poison() const { return poison_; }
 
   PJRT_Buffer* raw() const { return buffer_; }
+  // This buffer as an argument of a program on `client`: raw() on its own client; on another
+  // client of the same host-memory plugin (runtime.h's small programs' client), a view of the same
+  // memory, made once (the first call waits until the contents are computed: the other client
+  // does not know this one's pending executions) and destroyed with this Buffer, which therefore
+  // must outlive the executions reading the view (Executable::Execute's keep_alive).
+  PJRT_Buffer* RawFor(const std::shared_ptr<Client>& client) const;
   ElementType type() const { return type_; }
   const std::vector<int64_t>& dims() const { return dims_; }
   int device() const { return device_; }
@@ -78,6 +84,8 @@ class Buffer {
 
  private:
   const void* DirectAddress() const;
+  // `view` (of another Buffer's memory) taken out of LiveBytes.
+  static std::shared_ptr<Buffer> Uncounted(std::shared_ptr<Buffer> view);
   PJRT_Event* ReadyEvent() const;  // the caller destroys it
 
   std::shared_ptr<Client> client_;
@@ -94,6 +102,9 @@ class Buffer {
   mutable std::once_flag direct_once_;
   mutable const void* direct_ = nullptr;
   DeferredErrorPtr poison_;
+  bool counted_ = true;  // in LiveBytes (a view is not: its memory is its owner's)
+  mutable std::once_flag view_once_;
+  mutable std::shared_ptr<Buffer> view_;  // RawFor's view on the other client
 };
 
 }  // namespace torch_pjrt::runtime

@@ -49,6 +49,7 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   const Plugin& plugin() const { return *plugin_; }
+  const std::shared_ptr<Plugin>& plugin_ptr() const { return plugin_; }
   PJRT_Client* raw() const { return client_; }
   int device_count() const { return static_cast<int>(devices_.size()); }
   // Throws PjrtError with the valid range when `index` is out of range.

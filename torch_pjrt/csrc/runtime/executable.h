@@ -32,6 +32,7 @@ class Executable {
   Executable& operator=(const Executable&) = delete;
 
   std::string Serialize() const;
+  const std::shared_ptr<Client>& client() const { return client_; }
   size_t num_outputs() const { return num_outputs_; }
 
   // Starts the program on `device` and returns its outputs at once; they become ready when the

@@ -3,7 +3,9 @@
 #include "runtime/compile_worker.h"
 #include "runtime/ffi.h"
 
+#include <cstdlib>
 #include <mutex>
+#include <optional>
 
 namespace torch_pjrt::runtime {
 
@@ -15,6 +17,8 @@ struct State {
   CandidateProvider provider;
   std::function<void(const std::string&)> warn;
   std::shared_ptr<Client> client;
+  std::shared_ptr<Client> small_client;  // null: every program runs on `client`
+  int64_t small_program_max_work = 0;
   std::map<std::string, std::string> capabilities;
   std::string error;  // set once creation failed
   bool shut_down = false;
@@ -62,6 +66,51 @@ std::shared_ptr<Client> StartClient(const PluginConfig& config) {
     throw PjrtError("PJRT plugin '" + config.name + "' started but reports no addressable devices");
   }
   return client;
+}
+
+// Sets environment variables for as long as it lives. Only while the start lock is held and before
+// the client is published: nothing of ours reads the environment meanwhile.
+class ScopedEnvironment {
+ public:
+  explicit ScopedEnvironment(const std::map<std::string, std::string>& values) {
+    for (const auto& [name, value] : values) {
+      const char* old = std::getenv(name.c_str());
+      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+      setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+  ~ScopedEnvironment() {
+    for (const auto& [name, old] : saved_) {
+      if (old) {
+        setenv(name.c_str(), old->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+// The small programs' client (PluginConfig::small_program_env), or null when the configuration
+// asks for none or it fails to start (then everything runs on `main`, with a warning).
+std::shared_ptr<Client> StartSmallProgramClient(const PluginConfig& config, const Client& main,
+                                                std::string* failure) {
+  if (config.small_program_env.empty() || config.small_program_max_work <= 0 || !main.host_memory()) return nullptr;
+  try {
+    ScopedEnvironment env(config.small_program_env);
+    auto client = std::make_shared<Client>(main.plugin_ptr(), config.options);
+    client->set_host_memory(true);
+    if (client->device_count() != main.device_count()) throw PjrtError("it reports another device count");
+    return client;
+  } catch (const std::exception& e) {
+    *failure = std::string("the small programs' client of PJRT plugin '") + config.name +
+               "' did not start (" + e.what() + "); every program runs on one client";
+    return nullptr;
+  }
 }
 
 // The client if it exists; throws the remembered failure or the shutdown. Null: not started yet.
@@ -115,9 +164,14 @@ std::shared_ptr<Client> StartFirstWorkingCandidate(State& s) {
       if (auto existing = ExistingClient(s)) return existing;
       try {
         auto client = StartClient(candidate->config);
+        std::string small_failure;
+        auto small_client = StartSmallProgramClient(candidate->config, *client, &small_failure);
+        if (!small_failure.empty()) Warn(s, small_failure);
         StartCompileWorker(s, candidate->config);
         std::lock_guard<std::mutex> lock(s.mutex);
         s.capabilities = candidate->config.capabilities;
+        s.small_client = std::move(small_client);
+        s.small_program_max_work = candidate->config.small_program_max_work;
         s.client = client;
         return client;
       } catch (const std::exception& e) {
@@ -156,11 +210,26 @@ std::shared_ptr<Client> PeekClient() {
   return state().client;
 }
 
-std::shared_ptr<Executable> CompileProgram(const std::string& mlir_text,
+std::vector<std::shared_ptr<Client>> PeekClients() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  std::vector<std::shared_ptr<Client>> clients;
+  if (state().client) clients.push_back(state().client);
+  if (state().small_client) clients.push_back(state().small_client);
+  return clients;
+}
+
+std::shared_ptr<Client> ClientForProgram(int64_t work, bool replicated) {
+  auto client = GetClient();
+  std::lock_guard<std::mutex> lock(state().mutex);
+  const State& s = state();
+  if (s.small_client && !replicated && work < s.small_program_max_work) return s.small_client;
+  return client;
+}
+
+std::shared_ptr<Executable> CompileProgram(const std::shared_ptr<Client>& client, const std::string& mlir_text,
                                            const std::vector<int64_t>& replica_devices,
                                            std::string* serialized) {
   State& s = state();
-  auto client = GetClient();
   serialized->clear();
   if (replica_devices.empty()) {
     std::unique_lock<std::mutex> lock(s.compile_mutex);
@@ -199,13 +268,14 @@ void ShutdownClient() {
     std::lock_guard<std::mutex> lock(state().compile_mutex);
     state().worker.reset();
   }
-  std::shared_ptr<Client> client;
+  std::shared_ptr<Client> client, small_client;
   {
     std::lock_guard<std::mutex> lock(state().mutex);
     state().shut_down = true;
     client = std::move(state().client);
+    small_client = std::move(state().small_client);
   }
-  // `client` dies here, outside the lock, once every buffer and executable has let go of it.
+  // The clients die here, outside the lock, once every buffer and executable has let go of them.
 }
 
 bool IsShutDown() {

@@ -27,6 +27,13 @@ struct PluginConfig {
   // The command that starts a compile worker for this plugin (runtime/compile_worker.h); empty:
   // programs compile in this process.
   std::vector<std::string> compile_worker;
+  // A second client of the same plugin for small programs: started with these environment
+  // variables set (the CPU plugin's PJRT_NPROC=1: a one-thread pool), it runs every program whose
+  // arithmetic (lowering::Emitter::work) is below `small_program_max_work`. Empty: one client.
+  // Only for plugins whose buffers are host memory: a program reads the other client's buffers
+  // as views of the same memory (Buffer::RawFor).
+  std::map<std::string, std::string> small_program_env;
+  int64_t small_program_max_work = 0;
 };
 
 // One plugin to try. Candidates are asked for one at a time, best first, so that only the ones
@@ -51,16 +58,22 @@ void SetWarningHandler(std::function<void(const std::string&)> handler);
 std::shared_ptr<Client> GetClient();
 // The client if it was already created, else null. Never starts one.
 std::shared_ptr<Client> PeekClient();
+// Every started client: the one above, then the small programs' client if there is one (empty
+// before the start). Never starts one.
+std::vector<std::shared_ptr<Client>> PeekClients();
+// The client that runs a program of `work` (lowering::Emitter::work): the small programs' client
+// below its bound, else GetClient()'s. A replicated program always runs on GetClient()'s.
+std::shared_ptr<Client> ClientForProgram(int64_t work, bool replicated);
 // Capabilities of the plugin whose client is running (empty before it starts).
 const std::map<std::string, std::string>& ActiveCapabilities();
 
-// Compiles a program for the running client: a portable one (no `replica_devices`) in the
+// Compiles a program for `client` (one of PeekClients()): a portable one (no `replica_devices`) in the
 // compile worker when there is one, else here. A small program does not wait for a worker that
 // is still starting. `serialized` receives the worker's serialized executable (what the disk
 // cache must store: the CPU plugin re-serializes a loaded executable without its code), and
 // stays empty when the program compiled here. Throws PjrtError with the compiler's message on a
 // bad program; a worker that died is reported once as a warning and replaced by compiling here.
-std::shared_ptr<Executable> CompileProgram(const std::string& mlir_text,
+std::shared_ptr<Executable> CompileProgram(const std::shared_ptr<Client>& client, const std::string& mlir_text,
                                            const std::vector<int64_t>& replica_devices,
                                            std::string* serialized);
 
