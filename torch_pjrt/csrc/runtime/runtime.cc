@@ -68,8 +68,10 @@ std::shared_ptr<Client> StartClient(const PluginConfig& config) {
   return client;
 }
 
-// Sets environment variables for as long as it lives. Only while the start lock is held and before
-// the client is published: nothing of ours reads the environment meanwhile.
+// Sets environment variables for as long as it lives: around the second client's start, under the
+// start lock, right after the main client started and before any program ran. setenv is not safe
+// against getenv on other threads; at that point those are the main client's idle pool and
+// whatever Python threads the user runs, and the window is one PJRT_Client_Create.
 class ScopedEnvironment {
  public:
   explicit ScopedEnvironment(const std::map<std::string, std::string>& values) {
