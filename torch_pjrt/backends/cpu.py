@@ -64,6 +64,11 @@ def _set_xla_flags() -> None:
     os.environ["XLA_FLAGS"] = flags
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on: XLA's pool size when nothing else sets it."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 # Marks a PJRT_NPROC that _size_intra_op_pool set (children inherit the environment).
 _OWN_PJRT_NPROC = "_TORCH_PJRT_OWN_PJRT_NPROC"
 
@@ -86,8 +91,7 @@ def _size_intra_op_pool() -> None:
     import torch
 
     threads = torch.get_num_threads()
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if threads < cpus:
+    if threads < _usable_cpus():
         os.environ["PJRT_NPROC"] = os.environ[_OWN_PJRT_NPROC] = str(threads)
 
 
@@ -105,7 +109,7 @@ def _xla_pool_size() -> int:
             return int(os.environ[name])
         except (KeyError, ValueError):
             pass
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return _usable_cpus()
 
 
 def _configure_process() -> None:

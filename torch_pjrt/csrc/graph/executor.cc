@@ -395,8 +395,11 @@ std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compil
   args.reserve(arguments.size());
   for (size_t i = 0; i < arguments.size(); ++i) {
     const runtime::Buffer& b = *arguments[i];
-    args.push_back(b.RawFor(client));
-    if (b.client() == client) continue;
+    if (b.client() == client) {
+      args.push_back(b.raw());
+      continue;
+    }
+    args.push_back(b.RawFor(client));  // a view of the other client's buffer: never donated
     auto donated = std::find(d.donated.begin(), d.donated.end(), &b);
     if (donated == d.donated.end()) continue;
     d.donated.erase(donated);
