@@ -37,8 +37,14 @@ def test_programs_cross_between_the_clients_and_match_cpu():
     c = b @ b  # 512^3 multiply-adds: the main client, reading b (a small program's result)
     c_cpu = b_cpu @ b_cpu
     torch.testing.assert_close(c.cpu(), c_cpu, rtol=1e-4, atol=1e-2)
-    c.relu_()  # small and in place: c belongs to the other client, so it is copied, not donated
+    torch.pjrt.synchronize()
+    before = counters()["DonatedBuffers"]
+    allocated = torch.pjrt.memory_allocated()
+    c.relu_()  # small and in place: c's memory, the other client's, is donated through a view
     c_cpu.relu_()
+    torch.pjrt.synchronize()
+    assert counters()["DonatedBuffers"] == before + 1
+    assert torch.pjrt.memory_allocated() == allocated  # the new c replaced the old one
     d = c @ a
     torch.testing.assert_close(c.cpu(), c_cpu, rtol=1e-4, atol=1e-2)
     torch.testing.assert_close(d.cpu(), c_cpu @ a_cpu, rtol=1e-4, atol=1e-1)

@@ -394,16 +394,24 @@ std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compil
   std::vector<PJRT_Buffer*> args;
   args.reserve(arguments.size());
   for (size_t i = 0; i < arguments.size(); ++i) {
-    const runtime::Buffer& b = *arguments[i];
-    if (b.client() == client) {
-      args.push_back(b.raw());
+    std::shared_ptr<runtime::Buffer>& b = arguments[i];
+    if (b->client() == client) {
+      args.push_back(b->raw());
       continue;
     }
-    args.push_back(b.RawFor(client));  // a view of the other client's buffer: never donated
-    auto donated = std::find(d.donated.begin(), d.donated.end(), &b);
-    if (donated == d.donated.end()) continue;
-    d.donated.erase(donated);
-    d.kept.push_back(static_cast<int64_t>(i));
+    auto donated = std::find(d.donated.begin(), d.donated.end(), b.get());
+    if (donated == d.donated.end()) {
+      args.push_back(b->RawFor(client));
+    } else if (b->inflight_reads() == 0 && b->nbytes() > 0) {
+      // Donated across clients through a view that holds the buffer until PJRT releases its
+      // memory; the buffer itself is what the launch marks donated.
+      b = runtime::Buffer::DonatableView(b, client);
+      args.push_back(b->raw());
+    } else {  // a running execution still reads it, which the other client would not wait for
+      args.push_back(b->RawFor(client));
+      d.donated.erase(donated);
+      d.kept.push_back(static_cast<int64_t>(i));
+    }
   }
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {

@@ -85,7 +85,8 @@ struct LaunchDonations {
 // the lazy path and of a capture's replay: frees the caller's OpenMP team first where the program
 // may call host kernels (runtime/openmp.h), times the launch and counts it and its donated
 // buffers. An argument of the other client (runtime::ClientForProgram) is passed as a view
-// (Buffer::RawFor) and never donated: its memory stays its owner's.
+// (Buffer::RawFor); one to be donated as a view that takes its memory over (Buffer::DonatableView)
+// unless an execution still reads it (then PJRT copies it).
 std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compiled,
                                                      std::vector<std::shared_ptr<runtime::Buffer>> arguments,
                                                      int device, LaunchDonations d);

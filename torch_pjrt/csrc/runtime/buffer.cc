@@ -125,8 +125,8 @@ std::shared_ptr<Buffer> Buffer::FromHost(const std::shared_ptr<Client>& client, 
   return std::make_shared<Buffer>(client, args.buffer, device);
 }
 
-Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device)
-    : client_(std::move(client)), buffer_(buffer), device_(device) {
+Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device, bool counted)
+    : client_(std::move(client)), buffer_(buffer), device_(device), counted_(counted) {
   // Never throws: execution outputs are wrapped right after launch, when a throw would leak the
   // remaining outputs. A buffer whose metadata cannot be read has an invalid type, which every
   // later use (argument checks, reads) rejects.
@@ -147,7 +147,7 @@ Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device)
   size_t n = type_ == ElementType::kInvalid ? 0 : ItemSize(type_);
   for (int64_t d : dims_) n *= static_cast<size_t>(d);
   nbytes_ = n;
-  AddLiveBytes(device_, static_cast<int64_t>(nbytes_));
+  if (counted_) AddLiveBytes(device_, static_cast<int64_t>(nbytes_));
 }
 
 void Buffer::MarkDonated() {
@@ -232,10 +232,26 @@ std::shared_ptr<Buffer> Buffer::CopyToDevice(int device) const {
   return std::make_shared<Buffer>(client_, args.dst_buffer, device);
 }
 
-std::shared_ptr<Buffer> Buffer::Uncounted(std::shared_ptr<Buffer> view) {
-  AddLiveBytes(view->device_, -static_cast<int64_t>(view->nbytes_));
-  view->counted_ = false;
-  return view;
+std::shared_ptr<Buffer> Buffer::ViewOn(const std::shared_ptr<Client>& client, void (*on_delete)(void*, void*),
+                                       void* arg) const {
+  AwaitReady();
+  const void* address = DirectAddress();
+  if (address == nullptr) {
+    throw std::logic_error("pjrt: a program on a second client reads a buffer that is not host memory");
+  }
+  const Plugin& plugin = client->plugin();
+  auto args = PJRT_ARGS(PJRT_Client_CreateViewOfDeviceBuffer);
+  args.client = client->raw();
+  args.device_buffer_ptr = const_cast<void*>(address);
+  args.dims = dims_.data();
+  args.num_dims = dims_.size();
+  args.element_type = ToPjrtType(type_);
+  args.device = client->device(device_);
+  // Not optional in practice: the CPU plugin calls the callback unchecked when the view dies.
+  args.on_delete_callback = on_delete;
+  args.on_delete_callback_arg = arg;
+  PJRT_CALL(plugin, PJRT_Client_CreateViewOfDeviceBuffer, &args);
+  return std::make_shared<Buffer>(client, args.buffer, device_, /*counted=*/false);
 }
 
 PJRT_Buffer* Buffer::RawFor(const std::shared_ptr<Client>& client) const {
@@ -243,30 +259,26 @@ PJRT_Buffer* Buffer::RawFor(const std::shared_ptr<Client>& client) const {
   std::call_once(view_once_, [&] {
     if (nbytes_ == 0 && type_ != ElementType::kInvalid) {  // no memory to view: an empty array there
       static const char kNothing = 0;
-      view_ = Uncounted(FromHost(client, device_, type_, dims_, &kNothing));
+      view_ = FromHost(client, device_, type_, dims_, &kNothing);
       return;
     }
-    AwaitReady();
-    const void* address = DirectAddress();
-    if (address == nullptr) {
-      throw std::logic_error("pjrt: a program on a second client reads a buffer that is not host memory");
-    }
-    const Plugin& plugin = client->plugin();
-    auto args = PJRT_ARGS(PJRT_Client_CreateViewOfDeviceBuffer);
-    args.client = client->raw();
-    args.device_buffer_ptr = const_cast<void*>(address);
-    args.dims = dims_.data();
-    args.num_dims = dims_.size();
-    args.element_type = ToPjrtType(type_);
-    args.device = client->device(device_);
-    // The memory stays ours (freed with this Buffer, after the view). Not optional in practice:
-    // the CPU plugin calls the callback unchecked when the view dies.
-    args.on_delete_callback = [](void*, void*) {};
-    PJRT_CALL(plugin, PJRT_Client_CreateViewOfDeviceBuffer, &args);
-    view_ = Uncounted(std::make_shared<Buffer>(client, args.buffer, device_));
+    // The memory stays ours: freed with this Buffer, after the view.
+    view_ = ViewOn(client, [](void*, void*) {}, nullptr);
   });
   if (view_->client_ != client) throw std::logic_error("pjrt: a buffer read by programs of three clients");
   return view_->buffer_;
+}
+
+std::shared_ptr<Buffer> Buffer::DonatableView(const std::shared_ptr<Buffer>& owner,
+                                              const std::shared_ptr<Client>& client) {
+  auto* held = new std::shared_ptr<Buffer>(owner);
+  try {
+    return owner->ViewOn(
+        client, [](void*, void* arg) { delete static_cast<std::shared_ptr<Buffer>*>(arg); }, held);
+  } catch (...) {
+    delete held;
+    throw;
+  }
 }
 
 PJRT_Event* Buffer::ReadyEvent() const {

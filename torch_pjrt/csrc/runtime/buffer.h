@@ -30,8 +30,9 @@ class Buffer {
   static std::shared_ptr<Buffer> FromHostAsync(const std::shared_ptr<Client>& client, int device,
                                                ElementType type, const std::vector<int64_t>& dims,
                                                const void* data, std::shared_ptr<void> keep_alive);
-  // Takes ownership of `buffer` (an execution output or a copy).
-  Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device);
+  // Takes ownership of `buffer` (an execution output or a copy). `counted`: in LiveBytes (a view
+  // of another Buffer's memory is not: its memory is counted as its owner's).
+  Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device, bool counted = true);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -62,6 +63,13 @@ class Buffer {
   // does not know this one's pending executions) and destroyed with this Buffer, which therefore
   // must outlive the executions reading the view (Executable::Execute's keep_alive).
   PJRT_Buffer* RawFor(const std::shared_ptr<Client>& client) const;
+  // A view of `owner`'s memory on another client, for an execution there to donate (write its
+  // output in place): the view's delete callback holds `owner` until PJRT is done with the memory
+  // (the output it became, or the view itself where PJRT copied instead). Waits until `owner` is
+  // computed. The caller marks `owner` donated once the launch succeeded, and promises that no
+  // execution still reads it (inflight_reads() == 0): the other client would not wait for them.
+  static std::shared_ptr<Buffer> DonatableView(const std::shared_ptr<Buffer>& owner,
+                                               const std::shared_ptr<Client>& client);
   ElementType type() const { return type_; }
   const std::vector<int64_t>& dims() const { return dims_; }
   int device() const { return device_; }
@@ -84,8 +92,10 @@ class Buffer {
 
  private:
   const void* DirectAddress() const;
-  // `view` (of another Buffer's memory) taken out of LiveBytes.
-  static std::shared_ptr<Buffer> Uncounted(std::shared_ptr<Buffer> view);
+  // A view of this buffer's (computed, non-empty) memory on `client`, not counted in LiveBytes;
+  // PJRT calls `on_delete(address, arg)` when it is done with the memory.
+  std::shared_ptr<Buffer> ViewOn(const std::shared_ptr<Client>& client, void (*on_delete)(void*, void*),
+                                 void* arg) const;
   PJRT_Event* ReadyEvent() const;  // the caller destroys it
 
   std::shared_ptr<Client> client_;
@@ -102,7 +112,7 @@ class Buffer {
   mutable std::once_flag direct_once_;
   mutable const void* direct_ = nullptr;
   DeferredErrorPtr poison_;
-  bool counted_ = true;  // in LiveBytes (a view is not: its memory is its owner's)
+  const bool counted_ = true;  // in LiveBytes (see the constructor)
   mutable std::once_flag view_once_;
   mutable std::shared_ptr<Buffer> view_;  // RawFor's view on the other client
 };
