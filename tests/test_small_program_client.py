@@ -107,3 +107,44 @@ def test_the_bound_routes_programs_and_the_second_pool_has_one_thread():
     env["TORCH_PJRT_SMALL_PROGRAM_WORK"] = "0"
     small, small_total, executions, eigen_threads, c_env, _ = run_python(SMALL_AND_LARGE, env=env).stdout.split()
     assert (int(small), int(small_total), int(eigen_threads), c_env) == (0, 0, 2, "2")
+
+
+TRAINING_STEP_LAUNCHES = """
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4)).to("pjrt")
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64, device="pjrt"), torch.randn(32, 4, device="pjrt")
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    for _ in range(3):
+        step()
+    torch.pjrt.synchronize()
+    torch.pjrt.metrics.reset()
+    step()
+    torch.pjrt.synchronize()
+    training = torch.pjrt.metrics.counters()
+    with torch.no_grad():
+        model(x).sum().item()  # the same forward, read: not a training step's launch
+    inference = torch.pjrt.metrics.counters()
+    print(training["SmallProgramExecutions"], training["Executions"],
+          inference["SmallProgramExecutions"] - training["SmallProgramExecutions"],
+          inference["Executions"] - training["Executions"])
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: there is no second client")
+def test_a_training_steps_fine_grained_launches_run_on_the_small_client_whatever_their_size():
+    # Every program here is above the size bound; the per-op bound alone decides.
+    env = {"TORCH_PJRT_SMALL_PROGRAM_WORK": "1000", "TORCH_PJRT_SMALL_PROGRAM_WORK_PER_OP": "1000000000",
+           "TORCH_PJRT_CPU_DEVICE_COUNT": "1", "PJRT_NPROC": "2"}
+    small, executions, read_small, read_executions = map(int, run_python(TRAINING_STEP_LAUNCHES, env=env).stdout.split())
+    assert small == executions >= 2  # the step's launches (forward and backward, updates)
+    assert (read_small, read_executions) == (0, 1)  # a read waits: it keeps both threads
+    env["TORCH_PJRT_SMALL_PROGRAM_WORK_PER_OP"] = "0"
+    small, executions, _, _ = map(int, run_python(TRAINING_STEP_LAUNCHES, env=env).stdout.split())
+    assert small == 0 and executions >= 2

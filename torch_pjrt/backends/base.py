@@ -48,9 +48,12 @@ class DevicePlugin:
         Returns ``{"env": {name: value}, "max_work": n}``: the second client starts with those
         environment variables set (and the old values back afterwards), and every program whose
         arithmetic is below ``n`` runs on it (elements computed, a dot or convolution counting its
-        multiply-adds). Only for ``host_memory`` plugins: each client's programs read the other's
-        buffers as views of the same memory. Called when the client starts; never in a job that
-        runs collectives across processes.
+        multiply-adds). An optional ``"max_work_per_op": m`` also sends there every program that a
+        lazy training step launches and goes on tracing beside (at ``backward()``, as
+        ``optimizer.step()`` begins and as it ends) whose arithmetic per op is below ``m``. Only for
+        ``host_memory`` plugins: each client's programs read the other's buffers as views of the
+        same memory. Called when the client starts; never in a job that runs collectives across
+        processes.
         """
         return None
 

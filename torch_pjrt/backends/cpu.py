@@ -97,9 +97,22 @@ def _size_intra_op_pool() -> None:
 
 # The arithmetic (elements computed, multiply-adds for dots) below which a program runs on the
 # one-thread client: the tiny transformers' and the MobileNetV3 inference programs of
-# bench/models.py (1-43M) ran 7-16% faster on one thread, ViT-tiny's and ResNet-18's training
-# programs (300-620M) 7-10% slower.
+# bench/models.py (1-43M) ran 7-16% faster on one thread; ViT-tiny's inference pieces (70-77M)
+# 12% slower.
 _SMALL_PROGRAM_WORK = 50_000_000
+# The work per op below which a program that a lazy training step launches (and goes on tracing
+# beside) runs on the one-thread client whatever its size: ViT-tiny's forward and backward (0.7M
+# per op) and updates (1.4M), MobileNetV3's updates (0.4M) stepped 13-25% faster there; the MLP's
+# and the GPT example's forward and backward (64M and 9.9M per op: large dots) at half speed.
+_SMALL_PROGRAM_WORK_PER_OP = 4_000_000
+
+
+def _int_setting(name: str, default: int) -> int:
+    raw = os.environ.get(name, str(default))
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
 
 
 def _xla_pool_size() -> int:
@@ -164,15 +177,13 @@ class CpuPlugin(DevicePlugin):
         # Programs of a few hundred small kernels run faster on one thread than on XLA's pool of
         # several (cross-thread hand-offs per kernel); large ones run at half speed on one. A
         # second client with a one-thread pool runs the small ones (docs/design.md, "A second
-        # client for small programs"). TORCH_PJRT_SMALL_PROGRAM_WORK sets the bound (0: off).
-        raw = os.environ.get("TORCH_PJRT_SMALL_PROGRAM_WORK", str(_SMALL_PROGRAM_WORK))
-        try:
-            max_work = int(raw)
-        except ValueError:
-            raise ValueError(f"TORCH_PJRT_SMALL_PROGRAM_WORK must be an integer, got {raw!r}") from None
+        # client for small programs"). TORCH_PJRT_SMALL_PROGRAM_WORK sets the size bound (0: no
+        # second client), TORCH_PJRT_SMALL_PROGRAM_WORK_PER_OP the training steps' (0: none).
+        max_work = _int_setting("TORCH_PJRT_SMALL_PROGRAM_WORK", _SMALL_PROGRAM_WORK)
+        max_work_per_op = _int_setting("TORCH_PJRT_SMALL_PROGRAM_WORK_PER_OP", _SMALL_PROGRAM_WORK_PER_OP)
         if max_work <= 0 or _xla_pool_size() <= 1:
             return None
-        return {"env": {"PJRT_NPROC": "1"}, "max_work": max_work}
+        return {"env": {"PJRT_NPROC": "1"}, "max_work": max_work, "max_work_per_op": max(max_work_per_op, 0)}
 
     def configure_single_process(self) -> None:
         _configure_process()

@@ -60,6 +60,7 @@ struct LoweredGraph {
   std::string summary;
   Dims replica_devices;  // a program with collectives: the job-wide device of each replica
   int64_t work = 0;      // lowering::Emitter::work
+  int64_t ops = 0;       // lines of `summary`
 };
 
 // Compilers (LLVM under XLA) allocate and free hundreds of MB per compile, and the lowering and
@@ -199,6 +200,7 @@ LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outp
         }
         vals[i] = e.Convert(vals[i], outs[i].dtype);
       }
+      ++g.ops;
       if (want_summary) {
         g.summary += entry.schema;
         for (const TensorType& t : outs) g.summary += " " + lowering::TypeString(t);
@@ -266,8 +268,8 @@ void ExplainCompile(uint64_t key, int device, SyncCause cause, const LoweredGrap
   }
   std::ostringstream message;
   message << "[torch_pjrt] " << (from_disk ? "loaded" : "compiled") << " graph " << Hex(key)
-          << " for pjrt:" << device << " (" << std::count(g.summary.begin(), g.summary.end(), '\n')
-          << " ops, " << g.arg_types.size() << " inputs, " << num_outputs << " outputs) in "
+          << " for pjrt:" << device << " (" << g.ops
+          << " ops, " << g.arg_types.size() << " inputs, " << num_outputs << " outputs, work " << g.work << ") in "
           << compile_ms << " ms; sync cause: " << SyncCauseName(cause);
   // Printed once the graph lock is released: finding the user's line runs Python.
   RunOutsideGraphLock([text = message.str(), reason]() {
@@ -569,6 +571,13 @@ uint64_t GraphKey(const DeviceTrace& trace, const PendingGraph& g) {
   return key;
 }
 
+// The launches a lazy training step makes without waiting (the forward's, the backward's, the
+// updates'): the host goes on tracing the step while their programs execute.
+bool LaunchedByTrainingStep(SyncCause cause) {
+  return cause == SyncCause::kBackward || cause == SyncCause::kBeforeOptimizerStep ||
+         cause == SyncCause::kOptimizerStep;
+}
+
 // Lowers and compiles (or loads from disk) the graph of a memory-cache miss.
 std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause cause,
                                             const DeviceTrace& trace, const PendingGraph& pending) {
@@ -583,7 +592,7 @@ std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause 
   WriteDump(key, g.text);
   // A replicated program is bound to this job's devices: never shared through the disk cache.
   const bool replicated = !g.replica_devices.empty();
-  auto client = runtime::ClientForProgram(g.work, replicated);
+  auto client = runtime::ClientForProgram({g.work, g.ops, LaunchedByTrainingStep(cause), replicated});
   std::string fingerprint = PluginFingerprint();
   auto compiled = std::make_shared<CompiledGraph>();
   compiled->arg_types = g.arg_types;

@@ -79,6 +79,7 @@ runtime::PluginConfig ToPluginConfig(const py::dict& candidate) {
     py::dict small = candidate["small_program_client"].cast<py::dict>();
     c.small_program_env = small["env"].cast<std::map<std::string, std::string>>();
     c.small_program_max_work = small["max_work"].cast<int64_t>();
+    if (small.contains("max_work_per_op")) c.small_program_max_work_per_op = small["max_work_per_op"].cast<int64_t>();
   }
   if (candidate.contains("capabilities")) {
     for (auto cap : candidate["capabilities"].cast<py::dict>()) {

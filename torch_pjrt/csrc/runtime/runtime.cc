@@ -19,6 +19,7 @@ struct State {
   std::shared_ptr<Client> client;
   std::shared_ptr<Client> small_client;  // null: every program runs on `client`
   int64_t small_program_max_work = 0;
+  int64_t small_program_max_work_per_op = 0;
   std::map<std::string, std::string> capabilities;
   std::string error;  // set once creation failed
   bool shut_down = false;
@@ -174,6 +175,7 @@ std::shared_ptr<Client> StartFirstWorkingCandidate(State& s) {
         s.capabilities = candidate->config.capabilities;
         s.small_client = std::move(small_client);
         s.small_program_max_work = candidate->config.small_program_max_work;
+        s.small_program_max_work_per_op = candidate->config.small_program_max_work_per_op;
         s.client = client;
         return client;
       } catch (const std::exception& e) {
@@ -220,12 +222,17 @@ std::vector<std::shared_ptr<Client>> PeekClients() {
   return clients;
 }
 
-std::shared_ptr<Client> ClientForProgram(int64_t work, bool replicated) {
+std::shared_ptr<Client> ClientForProgram(const ProgramShape& program) {
   auto client = GetClient();
   std::lock_guard<std::mutex> lock(state().mutex);
   const State& s = state();
-  if (s.small_client && !replicated && work < s.small_program_max_work) return s.small_client;
-  return client;
+  if (!s.small_client || program.replicated) return client;
+  const bool small = program.work < s.small_program_max_work;
+  // Fine-grained programs gain less from a second pool thread than the host's tracing, which
+  // runs beside them, loses to it (docs/design.md, "A second client for small programs").
+  const bool fine_grained = program.overlapped &&
+                            program.work < s.small_program_max_work_per_op * std::max<int64_t>(program.ops, 1);
+  return small || fine_grained ? s.small_client : client;
 }
 
 std::shared_ptr<Executable> CompileProgram(const std::shared_ptr<Client>& client, const std::string& mlir_text,

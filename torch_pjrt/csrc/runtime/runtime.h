@@ -29,11 +29,14 @@ struct PluginConfig {
   std::vector<std::string> compile_worker;
   // A second client of the same plugin for small programs: started with these environment
   // variables set (the CPU plugin's PJRT_NPROC=1: a one-thread pool), it runs every program whose
-  // arithmetic (lowering::Emitter::work) is below `small_program_max_work`. Empty: one client.
-  // Only for plugins whose buffers are host memory: a program reads the other client's buffers
-  // as views of the same memory (Buffer::RawFor).
+  // arithmetic (lowering::Emitter::work) is below `small_program_max_work`, and every program a
+  // training step launches while its host goes on tracing whose work per op is below
+  // `small_program_max_work_per_op` (0: none). Empty: one client. Only for plugins whose buffers
+  // are host memory: a program reads the other client's buffers as views of the same memory
+  // (Buffer::RawFor).
   std::map<std::string, std::string> small_program_env;
   int64_t small_program_max_work = 0;
+  int64_t small_program_max_work_per_op = 0;
 };
 
 // One plugin to try. Candidates are asked for one at a time, best first, so that only the ones
@@ -61,9 +64,17 @@ std::shared_ptr<Client> PeekClient();
 // Every started client: the one above, then the small programs' client if there is one (empty
 // before the start). Never starts one.
 std::vector<std::shared_ptr<Client>> PeekClients();
-// The client that runs a program of `work` (lowering::Emitter::work): the small programs' client
-// below its bound, else GetClient()'s. A replicated program always runs on GetClient()'s.
-std::shared_ptr<Client> ClientForProgram(int64_t work, bool replicated);
+// What the choice of a program's client looks at.
+struct ProgramShape {
+  int64_t work = 0;         // lowering::Emitter::work
+  int64_t ops = 0;          // the program's ops
+  bool overlapped = false;  // launched by a training step that goes on tracing while it executes
+  bool replicated = false;  // has collectives: bound to the job's devices
+};
+// The client that runs a program: the small programs' client below its bounds
+// (PluginConfig::small_program_max_work, small_program_max_work_per_op), else GetClient()'s. A
+// replicated program always runs on GetClient()'s.
+std::shared_ptr<Client> ClientForProgram(const ProgramShape& program);
 // Capabilities of the plugin whose client is running (empty before it starts).
 const std::map<std::string, std::string>& ActiveCapabilities();
 
