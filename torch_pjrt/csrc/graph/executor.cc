@@ -60,7 +60,7 @@ struct LoweredGraph {
   std::string summary;
   Dims replica_devices;  // a program with collectives: the job-wide device of each replica
   int64_t work = 0;      // lowering::Emitter::work
-  int64_t ops = 0;       // lines of `summary`
+  int64_t ops = 0;       // ops lowered (a line each in `summary`, when it is made)
 };
 
 // Compilers (LLVM under XLA) allocate and free hundreds of MB per compile, and the lowering and
