@@ -814,8 +814,7 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   // pending (the step's previous launch, the previous piece), which they would otherwise wait for:
   // checks of launches that finished and passed are dropped first, without waiting, and a launch
   // waits only when more than one launch's checks would still be pending.
-  bool inherits = cause == SyncCause::kOptimizerStep || cause == SyncCause::kPipelined ||
-                  cause == SyncCause::kBackward || cause == SyncCause::kBeforeOptimizerStep;
+  bool inherits = LaunchedByTrainingStep(cause) || cause == SyncCause::kPipelined;
   if (inherits) SettleFinishedIndexChecks(device);
   bool wait_for_checks = cause != SyncCause::kCompiledCall && (!inherits || PendingIndexCheckLaunches(device) > 1);
   SyncSettledDevice(device, cause, record, wait_for_checks ? ResolveIndexChecks(device) : nullptr, wait_for_checks);
