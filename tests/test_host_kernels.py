@@ -278,6 +278,48 @@ def test_activations_travel_channels_last(tmp_path):
         assert sum("channels_last = 1" in c for c in calls) == 4 * sum("channels_last" not in c for c in calls) > 0
 
 
+def test_channels_last_convolutions_compute_in_the_programs_buffers():
+    """A channels-last convolution's output, and its input gradient, are allocated by torch in the
+    program's result buffer (host_kernels/result_buffers.h): nothing is copied after the kernel.
+    The NCHW convolution (oneDNN computes it in a blocked layout) and the weight gradients are
+    copied. Results equal eager's."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.AdaptiveAvgPool2d(4), torch.nn.Conv2d(8, 64, 3, padding=1))  # the last: weight-heavy, NCHW
+    x = torch.randn(2, 3, 16, 16)
+    dev_net = copy.deepcopy(net).to("pjrt")
+    xp = x.to("pjrt")
+    torch.pjrt.synchronize()
+    with torch.no_grad(), Counters() as inference:
+        got = dev_net(xp).cpu()
+    torch.testing.assert_close(got, net(x), rtol=1e-5, atol=1e-5)
+    assert (inference["HostKernelResultsInPlace"], inference["HostKernelResultsCopied"]) == (2, 1)
+
+    with Counters() as training:
+        dev_net(xp).square().sum().backward()
+        grads = [p.grad.cpu() for p in dev_net.parameters()]
+    net(x).square().sum().backward()
+    for g, want in zip(grads, [p.grad for p in net.parameters()]):
+        torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-4)
+    # In place: both channels-last outputs and the second one's input gradient (the first one's
+    # input needs none). Copied: the NCHW output and its input gradient, and three weight gradients.
+    assert (training["HostKernelResultsInPlace"], training["HostKernelResultsCopied"]) == (3, 5)
+
+
+def test_a_temporary_that_takes_a_result_buffer_leaves_the_result_copied():
+    """oneDNN's channels-last convolution first copies its weight to channels-last; here that copy
+    has exactly the output's size (64x4x3x3 = 6x6x64), so it takes the offered buffer, the output is
+    allocated elsewhere and copied in afterwards. The result is still eager's."""
+    torch.manual_seed(0)
+    x, w = torch.randn(1, 4, 48, 48), torch.randn(64, 4, 3, 3)
+    torch.pjrt.synchronize()
+    with Counters() as c:
+        got = F.conv2d(x.to("pjrt"), w.to("pjrt"), stride=8, padding=1).cpu()
+    torch.testing.assert_close(got, F.conv2d(x, w, stride=8, padding=1), rtol=1e-5, atol=1e-5)
+    assert (c["HostKernelResultsInPlace"], c["HostKernelResultsCopied"]) == (0, 1)
+
+
 # The optimizer step after a convolutional backward (graph/executor.h, LaunchBeforeOptimizerStep).
 def conv_net():
     # No bias before the batch norm: its gradient is rounding noise, which AdamW scales to +-lr.

@@ -5,7 +5,8 @@ Counters: graphs compiled, cache hits (memory, disk), StableHLO lowerings, execu
 buffers, transfers (count and bytes, both ways), CPU fallbacks per op (``<namespace>::<op>``: ``aten::nonzero``, a custom op's ``mylib::op``), syncs by
 cause (``Sync::<cause>``), nodes traced, reads answered by an earlier read's result without a
 sync (``RememberedReads``), small reads computed alone with the trace left uncut
-(``ValuesComputedAhead``). Timers: compile, lowering, execute launch, transfers, sync.
+(``ValuesComputedAhead``), results of host kernels (torch's CPU kernels inside programs) computed in
+the program's buffer or copied there (``HostKernelResultsInPlace``, ``HostKernelResultsCopied``). Timers: compile, lowering, execute launch, transfers, sync.
 """
 
 from __future__ import annotations

@@ -53,6 +53,8 @@ const char* Metrics::Name(Counter c) {
     case Counter::kGraphReplays: return "GraphReplays";
     case Counter::kRememberedReads: return "RememberedReads";
     case Counter::kValuesComputedAhead: return "ValuesComputedAhead";
+    case Counter::kHostKernelResultsInPlace: return "HostKernelResultsInPlace";
+    case Counter::kHostKernelResultsCopied: return "HostKernelResultsCopied";
     default: return "?";
   }
 }

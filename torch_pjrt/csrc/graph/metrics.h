@@ -33,6 +33,8 @@ enum class Counter : int {
   kGraphReplays,       // replays of captured graphs (no tracing: graph/capture.h, graph/device_graph.h)
   kRememberedReads,    // reads answered by an earlier read's result, no sync (graph/read_memo.h)
   kValuesComputedAhead,  // small reads computed alone, the trace left uncut (graph/read_memo.h)
+  kHostKernelResultsInPlace,  // host-kernel results torch computed in the program's buffer
+  kHostKernelResultsCopied,   // and those copied there (host_kernels/result_buffers.h)
   kNumCounters
 };
 

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "host_kernels/host_kernels.h"
+#include "host_kernels/result_buffers.h"
 
 namespace torch_pjrt::host_kernels {
 namespace {
@@ -48,9 +49,10 @@ int64_t BackwardFlops(const XLA_FFI_CallFrame* frame) {
 XLA_FFI_Error* Convolution(XLA_FFI_CallFrame* frame) {
   return RunHandler(frame, "torch_pjrt_conv", [frame] {
     ConvArgs a = ReadConvArgs(frame);
-    at::Tensor y = at::convolution(ActivationArg(frame, 0), Arg(frame, 1), std::nullopt, a.stride, a.padding,
-                                   a.dilation, a.transposed, a.output_padding, a.groups);
-    ActivationRet(frame, 0).copy_(y);
+    ComputeInto({{ActivationRet(frame, 0), ChannelsLast(frame)}}, [&]() -> std::vector<at::Tensor> {
+      return {at::convolution(ActivationArg(frame, 0), Arg(frame, 1), std::nullopt, a.stride, a.padding, a.dilation,
+                              a.transposed, a.output_padding, a.groups)};
+    });
   }, ForwardFlops);
 }
 
@@ -61,11 +63,15 @@ XLA_FFI_Error* ConvolutionBackward(XLA_FFI_CallFrame* frame) {
     ConvArgs a = ReadConvArgs(frame);
     std::array<bool, 3> mask{runtime::FfiIntAttr(frame, "grad_input", 1) != 0,
                              runtime::FfiIntAttr(frame, "grad_weight", 1) != 0, false};
-    auto [grad_x, grad_w, grad_b] =
-        at::convolution_backward(ActivationArg(frame, 0), ActivationArg(frame, 1), Arg(frame, 2), std::nullopt,
-                                 a.stride, a.padding, a.dilation, a.transposed, a.output_padding, a.groups, mask);
-    if (mask[0]) ActivationRet(frame, 0).copy_(grad_x);
-    if (mask[1]) Ret(frame, 1).copy_(grad_w);
+    // The weight's gradient is not offered: oneDNN computes it in a blocked layout of the same size.
+    ComputeInto({{mask[0] ? ActivationRet(frame, 0) : at::Tensor(), ChannelsLast(frame)},
+                 {mask[1] ? Ret(frame, 1) : at::Tensor(), false}},
+                [&]() -> std::vector<at::Tensor> {
+                  auto [grad_x, grad_w, grad_b] = at::convolution_backward(
+                      ActivationArg(frame, 0), ActivationArg(frame, 1), Arg(frame, 2), std::nullopt, a.stride,
+                      a.padding, a.dilation, a.transposed, a.output_padding, a.groups, mask);
+                  return {grad_x, grad_w};
+                });
   }, BackwardFlops);
 }
 
