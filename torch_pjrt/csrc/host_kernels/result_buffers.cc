@@ -51,6 +51,7 @@ class ResultBufferAllocator final : public c10::Allocator {
     return base_->allocate(nbytes);
   }
   c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
+  bool is_simple_data_ptr(const c10::DataPtr& data_ptr) const override { return base_->is_simple_data_ptr(data_ptr); }
   void copy_data(void* dest, const void* src, size_t count) const override { base_->copy_data(dest, src, count); }
 
  private:
@@ -58,7 +59,8 @@ class ResultBufferAllocator final : public c10::Allocator {
 };
 
 // The allocator, installed as torch's CPU allocator on the first call (from the first host kernel
-// that runs, so a process that never runs one keeps torch's own). Null where it is not (or no
+// that runs, so a process that never runs one keeps torch's own; torch's slot is a plain pointer,
+// written once here while other threads may read it). Null where it is not (or no
 // longer) the CPU allocator: an allocator registered with a higher priority keeps its place, and
 // the kernels then copy their results as before.
 ResultBufferAllocator* InstalledAllocator() {
