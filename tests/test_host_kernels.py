@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+import torch_pjrt
 import torch.nn.functional as F
 from helpers import Counters, dumped_text, dumping_graphs, step_launches
 
@@ -318,6 +319,26 @@ def test_a_temporary_that_takes_a_result_buffer_leaves_the_result_copied():
         got = F.conv2d(x.to("pjrt"), w.to("pjrt"), stride=8, padding=1).cpu()
     torch.testing.assert_close(got, F.conv2d(x, w, stride=8, padding=1), rtol=1e-5, atol=1e-5)
     assert (c["HostKernelResultsInPlace"], c["HostKernelResultsCopied"]) == (0, 1)
+
+
+def test_a_kernel_whose_raw_allocation_meets_a_result_buffer_runs_again_without_it():
+    """oneDNN takes its temporaries through Allocator::raw_allocate, whose memory the allocator's
+    raw deleter frees: a result buffer refuses that (an error inside the kernel) rather than being
+    freed as heap memory. The kernel then runs again without the buffers and its result is copied,
+    and results of that size are not offered again. Stand-in kernels (result_buffers.h): each
+    fills a result with a value, one of them after a raw allocation of the result's size."""
+    in_place = torch.zeros(1000)
+    with Counters() as c:
+        torch_pjrt._C._compute_into_for_test(in_place, 7.0, False)
+    assert torch.equal(in_place, torch.full((1000,), 7.0))
+    assert (c["HostKernelResultsInPlace"], c["HostKernelResultsCopied"]) == (1, 0)
+
+    colliding = torch.zeros(1001)  # a size of its own: the sizes given up on are the process's
+    with Counters() as c:
+        torch_pjrt._C._compute_into_for_test(colliding, 3.0, True)
+        torch_pjrt._C._compute_into_for_test(colliding, 5.0, False)
+    assert torch.equal(colliding, torch.full((1001,), 5.0))
+    assert (c["HostKernelResultsInPlace"], c["HostKernelResultsCopied"]) == (0, 2)
 
 
 # The optimizer step after a convolutional backward (graph/executor.h, LaunchBeforeOptimizerStep).

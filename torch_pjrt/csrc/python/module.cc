@@ -27,6 +27,7 @@ namespace hooks {
 void RegisterHooks();
 }
 void BindCapture(py::module& m);  // capture_bindings.cc
+void BindHostKernels(py::module& m);  // host_kernel_bindings.cc
 void BindDistributed(py::module& m);  // distributed_bindings.cc
 void BindUserFrame(py::module& m);  // user_frame.cc
 std::shared_ptr<runtime::KeyValueStore> KeyValueStoreFromPython(py::handle store);  // same file
@@ -388,6 +389,7 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   BindCapture(m);
+  BindHostKernels(m);
   BindDistributed(m);
   BindUserFrame(m);
   m.def("_shutdown", [] {
