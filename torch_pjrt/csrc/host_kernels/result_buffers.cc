@@ -58,9 +58,9 @@ class ResultBufferAllocator final : public c10::Allocator {
   c10::Allocator* base_;
 };
 
-// The allocator, installed as torch's CPU allocator on the first call (from the first host kernel
-// that runs, so a process that never runs one keeps torch's own; torch's slot is a plain pointer,
-// written once here while other threads may read it). Null where it is not (or no
+// The allocator, installed as torch's CPU allocator on the first call (when a host kernel first
+// offers a buffer, so a process that never does keeps torch's own; torch's slot is a plain
+// pointer, written once here while other threads may read it). Null where it is not (or no
 // longer) the CPU allocator: an allocator registered with a higher priority keeps its place, and
 // the kernels then copy their results as before.
 ResultBufferAllocator* InstalledAllocator() {
