@@ -604,15 +604,27 @@ def test_normalization_statistics_have_cpu_dtypes_and_shapes(dtype, param_dtype,
         torch.testing.assert_close(a.cpu(), e, atol=0.02, rtol=0.02)
 
 
-def test_training_batch_norm_with_infinite_parameters_gives_cpus_nans():
-    # torch's CPU form in training, y = x * (invstd * w) + (b - mean * invstd * w): an infinite
-    # weight gives NaN where (x - mean) * invstd * w would give +-inf. (Evaluation keeps the
-    # centered form, which matches the CPU on test_extremal's batch_norm_eval samples.)
-    x = make((2, 3, 4), torch.float32)
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed input", "strided weight"])
+def test_batch_norm_with_infinite_parameters_takes_the_cpus_form(training, layout):
+    # torch's CPU kernel folds, y = x * (invstd * w) + (b - mean * invstd * w), where the input is
+    # contiguous in its memory format and every parameter contiguous, and otherwise computes
+    # ((x - mean) * invstd) * w + b: an infinite weight gives NaN in the first where the second
+    # gives +-inf. The same call on pjrt takes the same form.
+    x = make((2, 3, 4, 5), torch.float32)
     w = torch.tensor([float("nan"), float("inf"), -float("inf")])
     rm, rv = torch.tensor([0.5, float("inf"), 0.0]), torch.tensor([1.0, 2.0, float("inf")])
-    f = lambda x, w, rm, rv: F.batch_norm(x, rm.clone(), rv.clone(), w, None, training=True)
+
+    def f(x, w, rm, rv):
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        if layout == "transposed input":
+            x = x.transpose(2, 3)
+        if layout == "strided weight":
+            w = torch.stack([w, w], 1)[:, 0]
+        return F.batch_norm(x, rm.clone(), rv.clone(), w, None, training=training)
     check(f, [x, w, rm, rv])
+    check(lambda x, w: f(x, w, torch.full_like(w, 0.5), torch.ones_like(w)), [x, torch.tensor([1.0, float("inf"), 2.0])])
 
 
 def test_float_to_int32_and_int64_give_the_cpus_indefinite_value():

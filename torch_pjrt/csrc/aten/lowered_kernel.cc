@@ -563,6 +563,18 @@ Arg RandomState(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const M
   return b->ListArg(ArgKind::kTensorList, slots);
 }
 
+// Whether CPU's kernel takes its contiguous path for these arguments (OpLowering::
+// cpu_contiguous_path_args): batch norm's rule, argument 0 contiguous in its suggested memory
+// format and the others contiguous.
+bool TakesCpuContiguousPath(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
+  for (int i : sig.cpu_contiguous_path_args) {
+    if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
+    const at::Tensor& t = args[i].toTensor();
+    if (!t.is_contiguous(i == 0 ? t.suggest_memory_format() : at::MemoryFormat::Contiguous)) return false;
+  }
+  return true;
+}
+
 // An index input of the node being built and the range its values must lie in.
 struct IndexBound {
   int input;
@@ -745,6 +757,7 @@ class LoweredKernel {
       }
     }
     if (sig.random) b.args.push_back(RandomState(sig, args, meta, device, &b));
+    if (!sig.cpu_contiguous_path_args.empty()) b.args.push_back(Arg::Bool(TakesCpuContiguousPath(sig, args)));
     std::vector<graph::TensorType> out_types;
     out_types.reserve(meta.outputs.size() + sig.extra_mutations.size());
     for (const OutSpec& o : meta.outputs) {

@@ -117,6 +117,7 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
   sig.value_checks = entry.value_checks;
   sig.zero_divisor_check = entry.zero_divisor_check;
   sig.random = entry.random;
+  sig.cpu_contiguous_path_args = entry.cpu_contiguous_path_args;
   sig.cpu_probe = entry.cpu_probe;
   for (size_t i = 0; i < sig.num_args; ++i) {
     const c10::Argument& a = s.arguments()[i];

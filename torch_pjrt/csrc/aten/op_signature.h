@@ -52,6 +52,7 @@ struct OpSignature {
   std::vector<lowering::ValueArgSpec> value_checks;  // arguments whose values are checked
   lowering::ZeroDivisorCheck zero_divisor_check;  // integer division: a zero divisor raises
   bool random = false;                      // draws from a pjrt Generator (lowering table)
+  std::vector<int> cpu_contiguous_path_args;  // OpLowering::cpu_contiguous_path_args
   bool cpu_probe = true;                    // OpLowering::cpu_probe
   int generator_arg = -1;                   // the Generator? argument, if the schema has one
   // kOut reductions (sum, mean, ...): the `dtype` argument that, left None, is out's dtype on the

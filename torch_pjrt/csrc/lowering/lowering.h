@@ -49,6 +49,9 @@ class LowerCtx {
 
   // The (seed, offset) of a random op's draw (see OpLowering::random): 0-d values.
   std::pair<Val, Val> rng_state() const;
+  // Whether CPU's kernel takes its contiguous path for this call (OpLowering::
+  // cpu_contiguous_path_args): the last argument.
+  bool cpu_contiguous_path() const { return bool_arg(num_args_ - 1); }
 
   size_t num_outputs() const { return num_outs_; }
   const TensorType& out(size_t i = 0) const { return outs_[i]; }
@@ -156,6 +159,12 @@ struct OpLowering {
   // The op draws random numbers: the ATen layer appends one argument, the generator's (seed,
   // offset) as value scalars (LowerCtx::rng_state), and advances the generator.
   bool random = false;
+  // CPU's kernel computes another formula where these tensor arguments are all contiguous
+  // (argument 0 in its suggested memory format: contiguous, channels-last) than where one of them
+  // is strided (batch norm: x * alpha + beta against ((x - mean) * invstd) * weight + bias, which
+  // differ for infinite parameters). The ATen layer appends one bool argument saying which path
+  // CPU takes (LowerCtx::cpu_contiguous_path); absent arguments count as contiguous.
+  std::vector<int> cpu_contiguous_path_args;
   // Variants that FindVariants cannot pair by name (normal_ for normal_functional), registered
   // as in-place variants of this op.
   std::vector<std::string> extra_variants;

@@ -310,6 +310,48 @@ Dims AllBut(int64_t rank, int64_t keep) {
 
 Val PerChannel(Emitter& e, const Val& v, const Dims& dims) { return e.BroadcastInDim(v, dims, {1}); }
 
+// torch's CPU kernel normalizes in one of two forms (OpLowering::cpu_contiguous_path_args): with
+// the input contiguous (or channels-last) and every parameter and statistic contiguous, folded,
+// y = x * alpha + beta, alpha = invstd * weight, beta = bias - mean * alpha; otherwise centered,
+// y = ((x - mean) * invstd) * weight + bias. They differ for infinite parameters (NaN where the
+// centered form gives +-inf), in training and in evaluation alike.
+struct BatchNormAffine {
+  Val alpha, beta, bias;
+};
+BatchNormAffine AffineOf(LowerCtx& c, size_t w_i, size_t b_i, const Val& mean, const Val& invstd) {
+  Emitter& e = c.e;
+  BatchNormAffine a{invstd, Val(), e.Full(0, invstd.type)};
+  if (!c.is_none(w_i)) a.alpha = e.Binary("multiply", a.alpha, e.Convert(c.tensor(w_i), invstd.dtype()));
+  if (!c.is_none(b_i)) a.bias = e.Convert(c.tensor(b_i), invstd.dtype());
+  a.beta = e.Binary("subtract", a.bias, e.Binary("multiply", mean, a.alpha));
+  return a;
+}
+
+Val FoldedBatchNorm(LowerCtx& c, const Val& xc, const Val& mean, const Val& invstd, size_t w_i, size_t b_i,
+                    bool half) {
+  Emitter& e = c.e;
+  BatchNormAffine a = AffineOf(c, w_i, b_i, mean, invstd);
+  Val y = e.Binary("add", e.Binary("multiply", xc, PerChannel(e, a.alpha, xc.dims())), PerChannel(e, a.beta, xc.dims()));
+  if (!half) return y;
+  // CPU's half-type kernel rounds x * alpha before adding beta; XLA contracts the two into an FMA,
+  // which leaves the rounding of beta behind: a constant channel of 10000 gave 0.082 instead of
+  // 0. The centered form, (x - mean) * alpha + bias, has no such cancellation; the folded one
+  // stays where alpha is not finite (NaN, as on the CPU).
+  Val centered = e.Binary("add", e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, mean, xc.dims())),
+                                          PerChannel(e, a.alpha, xc.dims())),
+                          PerChannel(e, a.bias, xc.dims()));
+  Val finite = e.Compare("LT", e.Unary("abs", a.alpha), e.Full(INFINITY, a.alpha.type));
+  return e.Select(PerChannel(e, finite, xc.dims()), centered, y);
+}
+
+Val CenteredBatchNorm(LowerCtx& c, const Val& xc, const Val& mean, const Val& invstd, size_t w_i, size_t b_i) {
+  Emitter& e = c.e;
+  Val y = e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, mean, xc.dims())), PerChannel(e, invstd, xc.dims()));
+  if (!c.is_none(w_i)) y = e.Binary("multiply", y, PerChannel(e, e.Convert(c.tensor(w_i), xc.dtype()), xc.dims()));
+  if (!c.is_none(b_i)) y = e.Binary("add", y, PerChannel(e, e.Convert(c.tensor(b_i), xc.dtype()), xc.dims()));
+  return y;
+}
+
 // native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
 //   -> (output, save_mean, save_invstd) [+ new running_mean, running_var when present]
 std::vector<Val> BatchNorm(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i, size_t rv_i, bool training,
@@ -341,33 +383,8 @@ std::vector<Val> BatchNorm(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i, siz
     var = e.Convert(c.tensor(rv_i), acc);
   }
   Val invstd = e.Unary("rsqrt", e.Binary("add", var, e.Full(eps, var.type)));
-  Val y;
-  if (training) {
-    // torch's CPU form in training: y = x * alpha + beta, alpha = invstd * weight,
-    // beta = bias - mean * alpha (an infinite weight gives NaN where the centered form gives
-    // +-inf); its evaluation form is the centered one below.
-    Val alpha = invstd, beta = e.Full(0, invstd.type);
-    if (!c.is_none(w_i)) alpha = e.Binary("multiply", alpha, e.Convert(c.tensor(w_i), acc));
-    if (!c.is_none(b_i)) beta = e.Convert(c.tensor(b_i), acc);
-    beta = e.Binary("subtract", beta, e.Binary("multiply", mean, alpha));
-    y = e.Binary("add", e.Binary("multiply", xc, PerChannel(e, alpha, xc.dims())), PerChannel(e, beta, xc.dims()));
-    if (half) {
-      // CPU's half-type kernel rounds x * alpha before adding beta; XLA contracts the two into
-      // an FMA, which leaves the rounding of beta behind: a constant channel of 10000 gave 0.082
-      // instead of 0. The centered form, (x - mean) * alpha + bias, has no such cancellation;
-      // the folded one stays where alpha is not finite (NaN, as on the CPU).
-      Val b = c.is_none(b_i) ? e.Full(0, invstd.type) : e.Convert(c.tensor(b_i), acc);
-      Val centered = e.Binary("add", e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, mean, xc.dims())),
-                                              PerChannel(e, alpha, xc.dims())),
-                              PerChannel(e, b, xc.dims()));
-      Val finite = e.Compare("LT", e.Unary("abs", alpha), e.Full(INFINITY, alpha.type));
-      y = e.Select(PerChannel(e, finite, xc.dims()), centered, y);
-    }
-  } else {
-    y = e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, mean, xc.dims())), PerChannel(e, invstd, xc.dims()));
-    if (!c.is_none(w_i)) y = e.Binary("multiply", y, PerChannel(e, e.Convert(c.tensor(w_i), acc), xc.dims()));
-    if (!c.is_none(b_i)) y = e.Binary("add", y, PerChannel(e, e.Convert(c.tensor(b_i), acc), xc.dims()));
-  }
+  Val y = c.cpu_contiguous_path() ? FoldedBatchNorm(c, xc, mean, invstd, w_i, b_i, half)
+                                  : CenteredBatchNorm(c, xc, mean, invstd, w_i, b_i);
   std::vector<Val> out{e.Convert(y, c.out(0).dtype)};
   // save_mean / save_invstd: torch returns empty tensors for them in some eval paths.
   out.push_back(c.out(1).dims.empty() || c.out(1).dims[0] == x.dims()[1] ? e.Convert(mean, c.out(1).dtype) : e.Full(0, c.out(1)));
@@ -721,13 +738,20 @@ void RegisterNNOps(Registry& r) {
   // its own: its shapes and strides come from aten/meta_overrides.cc.
   r.Add("convolution_overrideable", LowerConvolution).host_kernel = true;
   r.Add("convolution_backward_overrideable", LowerConvolutionBackward).host_kernel = true;
+  // Batch norms: CPU's form depends on the layout of the input, parameters and statistics
+  // (BatchNormAffine).
+  auto batch_norm = [&r](const char* schema, LowerFn fn, std::vector<int> contiguous_path_args) -> OpLowering& {
+    OpLowering& op = r.Add(schema, fn);
+    op.cpu_contiguous_path_args = std::move(contiguous_path_args);
+    return op;
+  };
   // native_batch_norm updates running_mean/var in place without saying so in its schema.
-  r.Add("native_batch_norm", LowerNativeBatchNorm).extra_mutations = {3, 4};
-  r.Add("_native_batch_norm_legit", LowerBatchNormLegit);
-  r.Add("_native_batch_norm_legit.no_stats", LowerBatchNormLegitNoStats);
-  r.Add("_native_batch_norm_legit_no_training", LowerBatchNormLegitNoTraining);
-  r.Add("_batch_norm_with_update", LowerBatchNormWithUpdate);
-  r.Add("_batch_norm_no_update", LowerBatchNormNoUpdate);
+  batch_norm("native_batch_norm", LowerNativeBatchNorm, {0, 1, 2, 3, 4}).extra_mutations = {3, 4};
+  batch_norm("_native_batch_norm_legit", LowerBatchNormLegit, {0, 1, 2, 3, 4});
+  batch_norm("_native_batch_norm_legit.no_stats", LowerBatchNormLegitNoStats, {0, 1, 2});
+  batch_norm("_native_batch_norm_legit_no_training", LowerBatchNormLegitNoTraining, {0, 1, 2, 3, 4});
+  batch_norm("_batch_norm_with_update", LowerBatchNormWithUpdate, {0, 1, 2, 3, 4});
+  batch_norm("_batch_norm_no_update", LowerBatchNormNoUpdate, {0, 1, 2, 3, 4});
   r.Add("native_batch_norm_backward", LowerNativeBatchNormBackward);
   r.Add("batch_norm_backward", LowerNativeBatchNormBackward);
   r.Add("native_layer_norm", LowerLayerNorm);
