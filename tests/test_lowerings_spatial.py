@@ -448,3 +448,63 @@ def test_adaptive_avg_pool2d_nonfinite_stays_in_its_window():
     x[0, 1, 5, 2] = float("nan")
     for out in ((2, 2), (4, 4), (4, 5), 1):
         check(lambda x: F.adaptive_avg_pool2d(x, out), [x], schemas=["_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"])
+
+
+def batch_norm_parameters(case):
+    g = torch.Generator().manual_seed(1)
+    rm, rv = torch.rand(4, generator=g) * 2 - 1, torch.rand(4, generator=g) * 1.5 + 0.5
+    w, b = torch.rand(4, generator=g) * 1.5 + 0.5, torch.rand(4, generator=g) * 2 - 1
+    bad = {"negative weight": (w, 1, -1.5), "zero weight": (w, 2, 0.0), "infinite weight": (w, 0, float("inf")),
+           "NaN variance": (rv, 1, float("nan")), "infinite mean": (rm, 2, -float("inf")),
+           "infinite bias": (b, 3, float("inf"))}.get(case)
+    if bad:
+        bad[0][bad[1]] = bad[2]
+    return rm, rv, w, b
+
+
+def nonfinite_input(shape):
+    x = make(shape)
+    x.view(-1)[::7] = float("nan")
+    x.view(-1)[3::11] = float("inf")
+    x.view(-1)[5::13] = -float("inf")
+    x[0, 1] = -float("inf")  # a channel whose ReLU is 0 everywhere: ties in every window
+    return x
+
+
+BATCH_NORM_CASES = ["finite", "negative weight", "zero weight", "infinite weight", "NaN variance", "infinite mean",
+                    "infinite bias"]
+
+
+@pytest.mark.parametrize("case", BATCH_NORM_CASES)
+def test_max_pooling_after_eval_batch_norm_and_relu_runs_first_and_matches_cpu(case):
+    # The pooling is lowered ahead of the batch norm and ReLU (graph/pool_through.h): the maximum of
+    # an increasing map is the map of the maximum, bit for bit. Batch norm is increasing only where
+    # its scale is finite and positive (and its shift finite): the other cases take the original
+    # order inside the same program. Values, NaNs and indices as on the CPU.
+    params = batch_norm_parameters(case)
+    x = nonfinite_input((2, 4, 9 + BATCH_NORM_CASES.index(case), 8))  # a program of its own: lowered here
+
+    def model(x, rm, rv, w, b):
+        bn = lambda: F.batch_norm(x, rm, rv, w, b, training=False)
+        a, ia = F.max_pool2d(F.relu(bn()), 2, return_indices=True)
+        c, ic = F.max_pool2d(F.relu(x), 3, 2, padding=1, return_indices=True)  # ReLU alone: no condition
+        return (a, ia, F.max_pool2d(bn(), 2, 2, padding=1, ceil_mode=True), c, ic,
+                F.max_pool3d(F.relu(x.unsqueeze(1)), 2),
+                F.max_pool2d(F.relu(bn()), 3, 2, padding=1))  # overlapping windows: stays after them
+
+    with torch.no_grad():
+        expected = model(x, *params)
+        with Counters() as c:
+            actual = [t.cpu() for t in model(x.to("pjrt"), *[p.to("pjrt") for p in params])]
+    assert c["MaxPoolsMovedFirst"] == 4 and c["FallbackOps"] == 0
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-6, atol=1e-6)
+
+
+def test_max_pooling_after_non_increasing_ops_keeps_its_order():
+    # GELU is not monotone, and batch norm in training takes its statistics from the input.
+    x = make((2, 4, 8, 6))
+    with torch.no_grad(), Counters() as c:
+        for f in (F.gelu, lambda t: F.batch_norm(t, None, None, training=True)):
+            torch.testing.assert_close(F.max_pool2d(f(x.to("pjrt")), 2).cpu(), F.max_pool2d(f(x), 2))
+    assert c["GraphsLowered"] >= 2 and c["MaxPoolsMovedFirst"] == 0

@@ -6,7 +6,10 @@ buffers, transfers (count and bytes, both ways), CPU fallbacks per op (``<namesp
 cause (``Sync::<cause>``), nodes traced, reads answered by an earlier read's result without a
 sync (``RememberedReads``), small reads computed alone with the trace left uncut
 (``ValuesComputedAhead``), results of host kernels (torch's CPU kernels inside programs) computed in
-the program's buffer or copied there (``HostKernelResultsInPlace``, ``HostKernelResultsCopied``). Timers: compile, lowering, execute launch, transfers, sync.
+the program's buffer or copied there (``HostKernelResultsInPlace``, ``HostKernelResultsCopied``),
+max poolings lowered ahead of the batch norm and ReLU that made their input
+(``MaxPoolsMovedFirst``, counted per program lowered). Timers: compile, lowering, execute launch,
+transfers, sync.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@
 #include "graph/device_graph.h"
 #include "graph/index_checks.h"
 #include "graph/metrics.h"
+#include "graph/pool_through.h"
 #include "lowering/lowering.h"
 #include "runtime/openmp.h"
 #include "runtime/runtime.h"
@@ -142,7 +143,8 @@ LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outp
     slot_groups[k] = e.Parameter(t);
     g.arg_types.push_back(t);
   }
-  std::unordered_map<const Node*, std::vector<Val>> memo;
+  LoweredValues memo;
+  const ValueUses uses(outputs);
   std::unordered_map<uint64_t, const Node*> by_hash;  // common subexpressions share one lowering
   std::vector<std::pair<const Node*, bool>> stack;
   for (const Value& v : outputs) stack.push_back({v.node.get(), false});
@@ -180,7 +182,8 @@ LoweredGraph LowerTrace(const DeviceTrace& trace, const std::vector<Value>& outp
       lowering::LowerCtx ctx(e, n->args.data(), n->args.size(), n->pool.data(), inputs.data(),
                              outs.data(), outs.size(), &entry);
       try {
-        vals = entry.fn(ctx);
+        vals = LowerPoolThroughChain(n, ctx, memo, uses);
+        if (vals.empty()) vals = entry.fn(ctx);
       } catch (const std::exception& ex) {
         std::string types;
         for (const Val& v : inputs) types += (types.empty() ? "" : ", ") + lowering::TypeString(v.type);

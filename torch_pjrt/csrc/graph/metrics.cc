@@ -55,6 +55,7 @@ const char* Metrics::Name(Counter c) {
     case Counter::kValuesComputedAhead: return "ValuesComputedAhead";
     case Counter::kHostKernelResultsInPlace: return "HostKernelResultsInPlace";
     case Counter::kHostKernelResultsCopied: return "HostKernelResultsCopied";
+    case Counter::kMaxPoolsMovedFirst: return "MaxPoolsMovedFirst";
     default: return "?";
   }
 }

@@ -35,6 +35,7 @@ enum class Counter : int {
   kValuesComputedAhead,  // small reads computed alone, the trace left uncut (graph/read_memo.h)
   kHostKernelResultsInPlace,  // host-kernel results torch computed in the program's buffer
   kHostKernelResultsCopied,   // and those copied there (host_kernels/result_buffers.h)
+  kMaxPoolsMovedFirst,  // max poolings lowered ahead of the batch norm / ReLU before them (graph/pool_through.h)
   kNumCounters
 };
 

@@ -777,7 +777,8 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("isneginf", LowerIsNegInf);
   r.Add("nan_to_num", LowerNanToNum);
 
-  r.Add("relu", LowerRelu);
+  // relu is increasing (OpLowering::increasing): max pooling after it runs first.
+  r.Add("relu", LowerRelu).increasing = [](LowerCtx&) { return Increasing{true, Val()}; };
   r.Add("gelu", LowerGelu);
   r.Add("silu", LowerSilu);
   r.Add("leaky_relu", LowerLeakyRelu);

@@ -2,6 +2,7 @@
 // lowering, grep for its schema name ("add.Tensor") under lowering/.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -76,6 +77,26 @@ class LowerCtx {
 };
 
 using LowerFn = std::vector<Val> (*)(LowerCtx&);
+
+// Whether an op is, for the arguments of one call, an increasing map of its argument 0 (see
+// OpLowering::increasing). `when`: a 0-d i1 the program computes from the other arguments
+// (batch norm's statistics and affine parameters), or invalid where it holds for any values.
+struct Increasing {
+  bool applies = false;
+  Val when;
+};
+using IncreasingFn = Increasing (*)(LowerCtx&);
+
+// A chain of increasing ops (OpLowering::increasing) that max pooling can run ahead of: `apply`
+// lowers the chain again on a value of another spatial size (the pooled one); `when` is the
+// chain's runtime condition (invalid: none).
+struct IncreasingChain {
+  std::function<Val(Emitter&, const Val&)> apply;
+  Val when;
+};
+// Lowers a max pooling whose argument 0 is `chain` applied to `y`, pooling `y` first; empty where
+// that would not pay (the pooling then stays after the chain).
+using PoolThroughFn = std::vector<Val> (*)(LowerCtx&, const Val& y, const IncreasingChain& chain);
 
 // An index tensor argument whose values must be in range (design: "Index bounds"). The bound is
 // a dimension of another argument, or an int argument.
@@ -181,6 +202,15 @@ struct OpLowering {
   // part of a backward, a device-graph capture makes the optimizer's step a program of its own
   // (graph/executor.h, LaunchBeforeOptimizerStep).
   bool host_kernel = false;
+  // The op is, for these arguments (`applies`) and where `when` holds, a non-decreasing map of
+  // argument 0, element by element with parameters per channel (dim 1) at most, that sends NaN to
+  // NaN and no other value to NaN: relu, batch norm in evaluation with a positive finite scale.
+  // Rounding is monotone, so the maximum of its results over a window is exactly its result on
+  // the window's maximum, and max pooling can run first, on 1/k of the elements (pool_through).
+  IncreasingFn increasing = nullptr;
+  // Max pooling: its lowering when argument 0 comes from a chain of increasing ops
+  // (docs/design.md, "Max pooling before batch norm and ReLU").
+  PoolThroughFn pool_through = nullptr;
 };
 
 class Registry {

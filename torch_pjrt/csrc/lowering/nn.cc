@@ -408,6 +408,32 @@ std::vector<Val> BatchNorm(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i, siz
   return out;
 }
 
+// Batch norm in evaluation is increasing (OpLowering::increasing) where, in every channel, its
+// folded form's alpha and its centered form's invstd and weight are finite and positive and beta,
+// mean and bias finite: each step of either form is then non-decreasing in x and makes no NaN
+// from a non-NaN value (no inf - inf, no inf * 0). Not in training, whose statistics come from x.
+Increasing BatchNormIncreasing(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i, size_t rv_i, double eps) {
+  if (c.is_none(rm_i) || c.is_none(rv_i) || !IsFloating(c.tensor(0).dtype())) return {};
+  Emitter& e = c.e;
+  ElementType acc = Opmath(c.out(0).dtype);
+  Val mean = e.Convert(c.tensor(rm_i), acc), var = e.Convert(c.tensor(rv_i), acc);
+  Val invstd = e.Unary("rsqrt", e.Binary("add", var, e.Full(eps, var.type)));
+  BatchNormAffine a = AffineOf(c, w_i, b_i, mean, invstd);
+  auto finite = [&](const Val& v) { return e.Compare("LT", e.Unary("abs", v), e.Full(INFINITY, v.type)); };
+  auto positive = [&](const Val& v) { return e.Binary("and", finite(v), e.Compare("GT", v, e.Full(0, v.type))); };
+  Val ok = e.Binary("and", positive(a.alpha), positive(invstd));
+  if (!c.is_none(w_i)) ok = e.Binary("and", ok, positive(e.Convert(c.tensor(w_i), acc)));
+  for (const Val& v : {a.beta, mean, a.bias}) ok = e.Binary("and", ok, finite(v));
+  return {true, e.Reduce(ok, e.Scalar(1, ElementType::kBool), {0}, "and")};
+}
+Increasing NativeBatchNormIncreasing(LowerCtx& c) {  // also _native_batch_norm_legit
+  if (c.bool_arg(5)) return {};
+  return BatchNormIncreasing(c, 1, 2, 3, 4, c.double_arg(7));
+}
+Increasing BatchNormNoTrainingIncreasing(LowerCtx& c) {  // also _batch_norm_no_update
+  return BatchNormIncreasing(c, 1, 2, 3, 4, c.double_arg(6));
+}
+
 std::vector<Val> LowerNativeBatchNorm(LowerCtx& c) {
   return BatchNorm(c, 1, 2, 3, 4, c.bool_arg(5), c.double_arg(6), c.double_arg(7), 3);
 }
@@ -739,19 +765,23 @@ void RegisterNNOps(Registry& r) {
   r.Add("convolution_overrideable", LowerConvolution).host_kernel = true;
   r.Add("convolution_backward_overrideable", LowerConvolutionBackward).host_kernel = true;
   // Batch norms: CPU's form depends on the layout of the input, parameters and statistics
-  // (BatchNormAffine).
-  auto batch_norm = [&r](const char* schema, LowerFn fn, std::vector<int> contiguous_path_args) -> OpLowering& {
+  // (BatchNormAffine), and in evaluation max pooling after them runs first (increasing).
+  auto batch_norm = [&r](const char* schema, LowerFn fn, std::vector<int> contiguous_path_args,
+                         IncreasingFn increasing) -> OpLowering& {
     OpLowering& op = r.Add(schema, fn);
     op.cpu_contiguous_path_args = std::move(contiguous_path_args);
+    op.increasing = increasing;
     return op;
   };
   // native_batch_norm updates running_mean/var in place without saying so in its schema.
-  batch_norm("native_batch_norm", LowerNativeBatchNorm, {0, 1, 2, 3, 4}).extra_mutations = {3, 4};
-  batch_norm("_native_batch_norm_legit", LowerBatchNormLegit, {0, 1, 2, 3, 4});
-  batch_norm("_native_batch_norm_legit.no_stats", LowerBatchNormLegitNoStats, {0, 1, 2});
-  batch_norm("_native_batch_norm_legit_no_training", LowerBatchNormLegitNoTraining, {0, 1, 2, 3, 4});
-  batch_norm("_batch_norm_with_update", LowerBatchNormWithUpdate, {0, 1, 2, 3, 4});
-  batch_norm("_batch_norm_no_update", LowerBatchNormNoUpdate, {0, 1, 2, 3, 4});
+  batch_norm("native_batch_norm", LowerNativeBatchNorm, {0, 1, 2, 3, 4}, NativeBatchNormIncreasing)
+      .extra_mutations = {3, 4};
+  batch_norm("_native_batch_norm_legit", LowerBatchNormLegit, {0, 1, 2, 3, 4}, NativeBatchNormIncreasing);
+  batch_norm("_native_batch_norm_legit.no_stats", LowerBatchNormLegitNoStats, {0, 1, 2}, nullptr);
+  batch_norm("_native_batch_norm_legit_no_training", LowerBatchNormLegitNoTraining, {0, 1, 2, 3, 4},
+             BatchNormNoTrainingIncreasing);
+  batch_norm("_batch_norm_with_update", LowerBatchNormWithUpdate, {0, 1, 2, 3, 4}, nullptr);
+  batch_norm("_batch_norm_no_update", LowerBatchNormNoUpdate, {0, 1, 2, 3, 4}, BatchNormNoTrainingIncreasing);
   r.Add("native_batch_norm_backward", LowerNativeBatchNormBackward);
   r.Add("batch_norm_backward", LowerNativeBatchNormBackward);
   r.Add("native_layer_norm", LowerLayerNorm);
