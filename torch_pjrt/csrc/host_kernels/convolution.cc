@@ -32,7 +32,7 @@ int64_t Numel(const XLA_FFI_Buffer* b, int first_dim = 0, int end_dim = -1) {
 int64_t ConvFlops(const XLA_FFI_CallFrame* frame, const XLA_FFI_Buffer* x, const XLA_FFI_Buffer* w,
                   const XLA_FFI_Buffer* y) {
   const XLA_FFI_Buffer* spatial = runtime::FfiIntAttr(frame, "transposed", 0) != 0 ? x : y;
-  int64_t positions = ChannelsLast(frame) ? Numel(spatial, 1, spatial->rank - 1) : Numel(spatial, 2);
+  int64_t positions = Numel(spatial, 2);
   return 2 * x->dims[0] * positions * Numel(w);
 }
 

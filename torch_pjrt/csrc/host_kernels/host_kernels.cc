@@ -49,14 +49,18 @@ at::Tensor Ret(const XLA_FFI_CallFrame* frame, int i) {
 bool ChannelsLast(const XLA_FFI_CallFrame* frame) { return runtime::FfiIntAttr(frame, "channels_last", 0) != 0; }
 
 namespace {
-// [N, H, W, C] -> [N, C, H, W] (the lowering marks only 4-d activations channels-last).
-at::Tensor ChannelsFirstView(const XLA_FFI_CallFrame* frame, at::Tensor t) {
-  return ChannelsLast(frame) ? t.permute({0, 3, 1, 2}) : t;
+// A 4-d [N, C, H, W] activation the program laid out channels-last (the lowering fixes its layout
+// as N, H, W, C: lowering/host_calls.h): the same sizes with channels-last strides.
+at::Tensor Activation(const XLA_FFI_CallFrame* frame, const XLA_FFI_Buffer* buffer) {
+  at::Tensor t = Wrap(buffer);
+  if (!ChannelsLast(frame)) return t;
+  const int64_t* d = buffer->dims;
+  return t.as_strided({d[0], d[1], d[2], d[3]}, {d[1] * d[2] * d[3], 1, d[3] * d[1], d[1]});
 }
 }  // namespace
 
-at::Tensor ActivationArg(const XLA_FFI_CallFrame* frame, int i) { return ChannelsFirstView(frame, Arg(frame, i)); }
-at::Tensor ActivationRet(const XLA_FFI_CallFrame* frame, int i) { return ChannelsFirstView(frame, Ret(frame, i)); }
+at::Tensor ActivationArg(const XLA_FFI_CallFrame* frame, int i) { return Activation(frame, ArgBuffer(frame, i)); }
+at::Tensor ActivationRet(const XLA_FFI_CallFrame* frame, int i) { return Activation(frame, RetBuffer(frame, i)); }
 
 namespace {
 

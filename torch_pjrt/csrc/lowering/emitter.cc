@@ -1073,6 +1073,27 @@ std::vector<Val> Emitter::FfiCall(const std::string& target, const std::vector<V
   return EmitCustomCall(target, operands, results, "api_version = 4 : i32, backend_config = {" + attrs + "}");
 }
 
+namespace {
+// `[dense<[1, 3, 2, 0]> : tensor<4xindex>, ...]`: a custom call's layouts attribute.
+std::string LayoutsAttr(const std::vector<Dims>& layouts) {
+  std::string s = "[";
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    std::string dims;
+    for (size_t k = 0; k < layouts[i].size(); ++k) dims += (k ? ", " : "") + std::to_string(layouts[i][k]);
+    s += (i ? ", " : "") + std::string("dense<[") + dims + "]> : tensor<" + std::to_string(layouts[i].size()) + "xindex>";
+  }
+  return s + "]";
+}
+}  // namespace
+
+std::vector<Val> Emitter::FfiCall(const std::string& target, const std::vector<Val>& operands,
+                                  const std::vector<TensorType>& results, const std::string& attrs,
+                                  const std::vector<Dims>& operand_layouts, const std::vector<Dims>& result_layouts) {
+  return EmitCustomCall(target, operands, results,
+                        "api_version = 4 : i32, backend_config = {" + attrs + "}, operand_layouts = " +
+                            LayoutsAttr(operand_layouts) + ", result_layouts = " + LayoutsAttr(result_layouts));
+}
+
 std::pair<Val, Val> Emitter::RngBitGenerator(const Val& state, const TensorType& type) {
   std::string lhs;
   std::vector<Val> r = NewResults({state.type, type}, &lhs);

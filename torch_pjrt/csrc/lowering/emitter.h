@@ -183,6 +183,11 @@ class Emitter {
   // "ta = 0 : i64, tb = 1 : i64".
   std::vector<Val> FfiCall(const std::string& target, const std::vector<Val>& operands,
                            const std::vector<TensorType>& results, const std::string& attrs);
+  // The same, with each operand's and result's memory layout (XLA's minor-to-major dimension
+  // order, one per value) fixed: the handler reads and writes them so.
+  std::vector<Val> FfiCall(const std::string& target, const std::vector<Val>& operands,
+                           const std::vector<TensorType>& results, const std::string& attrs,
+                           const std::vector<Dims>& operand_layouts, const std::vector<Dims>& result_layouts);
 
   // Escape hatch for ops without a helper: `text` is everything after "= " up to (not including)
   // the trailing type signature, e.g. "stablehlo.cbrt %v3"; `signature` is the type part.

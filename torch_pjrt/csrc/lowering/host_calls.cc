@@ -5,14 +5,7 @@ namespace torch_pjrt::lowering {
 namespace {
 
 constexpr int64_t kChannelsLastRank = 4;
-const Dims kToChannelsLast{0, 2, 3, 1};
-const Dims kToChannelsFirst{0, 3, 1, 2};
-
-TensorType ChannelsLastType(const TensorType& t) {
-  TensorType out{t.dtype, {}};
-  for (int64_t d : kToChannelsLast) out.dims.push_back(t.dims[d]);
-  return out;
-}
+const Dims kChannelsLastLayout{1, 3, 2, 0};  // [N, C, H, W] stored N, H, W, C (minor-to-major)
 
 bool ActivationsAre4d(const std::vector<HostOperand>& operands) {
   for (const HostOperand& o : operands) {
@@ -21,23 +14,34 @@ bool ActivationsAre4d(const std::vector<HostOperand>& operands) {
   return false;
 }
 
+// Row-major: XLA's default layout of a value of `rank` dims.
+Dims DefaultLayout(int64_t rank) {
+  Dims d;
+  for (int64_t i = rank - 1; i >= 0; --i) d.push_back(i);
+  return d;
+}
+
 }  // namespace
 
 std::vector<Val> CallHostKernel(Emitter& e, const std::string& target, const std::vector<HostOperand>& operands,
                                 const std::vector<HostResult>& results, std::string attrs, bool channels_last) {
   channels_last = channels_last && ActivationsAre4d(operands);
   std::vector<Val> args;
+  std::vector<Dims> arg_layouts, ret_layouts;
   for (const HostOperand& o : operands) {
-    args.push_back(channels_last && o.activation ? e.Transpose(o.value, kToChannelsLast) : o.value);
+    args.push_back(o.value);
+    arg_layouts.push_back(channels_last && o.activation ? kChannelsLastLayout : DefaultLayout(o.value.rank()));
   }
   std::vector<TensorType> types;
-  for (const HostResult& r : results) types.push_back(channels_last && r.activation ? ChannelsLastType(r.type) : r.type);
-  if (channels_last) attrs += ", channels_last = 1 : i64";
-  std::vector<Val> out = e.FfiCall(target, args, types, attrs);
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (channels_last && results[i].activation) out[i] = e.Transpose(out[i], kToChannelsFirst);
+  for (const HostResult& r : results) {
+    types.push_back(r.type);
+    ret_layouts.push_back(channels_last && r.activation ? kChannelsLastLayout
+                                                        : DefaultLayout(static_cast<int64_t>(r.type.dims.size())));
   }
-  return out;
+  // Every layout is pinned, row-major ones too: XLA otherwise gives an unconstrained call's result
+  // whatever layout its consumer wants (a channels-last one), which the handler would misread.
+  if (channels_last) attrs += ", channels_last = 1 : i64";
+  return e.FfiCall(target, args, types, attrs, arg_layouts, ret_layouts);
 }
 
 bool ConvPrefersChannelsLast(const TensorType& x, const TensorType& w, const TensorType& y) {

@@ -4,11 +4,13 @@
 // torch's CPU max pooling runs 12-15x faster on channels-last memory than on NCHW (2x2 over
 // [64, 32, 32, 32]: 0.6 against 7.1 ms), and its oneDNN convolution skips the reorders of its
 // input and output there (NCHW ones go to a blocked layout and back on every call). So such a
-// call passes each [N, C, H, W] operand as its transpose [N, H, W, C], and each such result comes
-// back that way and is transposed back. XLA cancels a transpose pair between two host kernels
-// and runs the fusions between them (batch norm, activations) in channels-last order, so a
-// network of convolutions keeps its activations channels-last without the lowering of any other
-// op knowing (docs/design.md, "Channels-last host kernels").
+// call fixes the memory layout of each [N, C, H, W] operand and result as N, H, W, C (the custom
+// call's operand_layouts and result_layouts), and the handler views it so. XLA's layout
+// assignment then gives the fusions between two host kernels (batch norm, activations, pooling)
+// that layout, so a network of convolutions keeps its activations channels-last without the
+// lowering of any other op knowing (docs/design.md, "Channels-last host kernels"). Until
+// 2026-11-30 the call took explicit [N, H, W, C] transposes instead: the fusions then ended in a
+// transposing copy, which XLA:CPU never split across its threads.
 #pragma once
 
 #include <string>
@@ -30,8 +32,8 @@ struct HostResult {
 };
 
 // Emits the FFI call `target(operands) -> results` with attributes `attrs`. With `channels_last`
-// and 4-d activations, the activations go channels-last and `channels_last = 1` is added to the
-// attributes (the handler reads them so); otherwise every value passes as it is.
+// and 4-d activations, the activations are laid out channels-last and `channels_last = 1` is
+// added to the attributes (the handler reads them so); every other value is row-major.
 std::vector<Val> CallHostKernel(Emitter& e, const std::string& target, const std::vector<HostOperand>& operands,
                                 const std::vector<HostResult>& results, std::string attrs, bool channels_last);
 
