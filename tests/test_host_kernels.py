@@ -40,6 +40,11 @@ def test_convolutions_run_as_host_kernels_and_equal_eager(tmp_path):
     assert "stablehlo.custom_call @torch_pjrt_conv(" in text
     assert "stablehlo.custom_call @torch_pjrt_conv_backward(" in text
     assert "stablehlo.convolution" not in text
+    # Channels-last activations travel as a fixed memory layout of their [N, C, H, W] shape (no
+    # transposes, which left XLA's fusions unpartitioned), and every host call pins its layouts.
+    assert "operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>" in text
+    assert text.count("stablehlo.custom_call @torch_pjrt_conv") == text.count("result_layouts = [")
+    assert "stablehlo.transpose" not in text
     assert not any("convolution" in name for name in torch.pjrt.metrics.fallbacks())
 
 
