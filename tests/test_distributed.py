@@ -164,22 +164,25 @@ def run_two_ranks_with_a_failure(mode, tmp_path, limit_s=90):
 
 
 # Per way of failing: what rank 0 must report, and whether only the timeout can end its wait.
+# gloo's words for a peer whose process died: an orderly close, or a reset when the kernel tore the
+# connection down first (seen once for a SIGKILLed rank: "Read error ...: Connection reset by peer").
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
 FAILURES = {
-    "kill": ("Connection closed by peer", False),  # rank 1 SIGKILLed mid-step
-    "raise": ("Connection closed by peer", False),  # rank 1 raises mid-step and exits
-    "stall": (f"Timed out waiting {FAULT_TIMEOUT_S * 1000}ms", True),  # raises, stays alive, silent
+    "kill": (PEER_GONE, False),  # rank 1 SIGKILLed mid-step
+    "raise": (PEER_GONE, False),  # rank 1 raises mid-step and exits
+    "stall": ((f"Timed out waiting {FAULT_TIMEOUT_S * 1000}ms",), True),  # raises, stays alive, silent
 }
 
 
 @pytest.mark.parametrize("mode", list(FAILURES))
 def test_a_failing_rank_makes_the_other_fail_within_the_timeout(mode, tmp_path):
-    error, after_timeout = FAILURES[mode]
+    errors, after_timeout = FAILURES[mode]
     ranks, waited_s = run_two_ranks_with_a_failure(mode, tmp_path)
     (code0, out0, err0), (code1, out1, err1) = ranks
     report = f"rank 0 exit {code0}, {waited_s:.1f} s after rank 1 failed\n{out0}\n{err0[-6000:]}"
     assert code0 is not None, "rank 0 hangs: " + report
     assert code0 == 1, "rank 0 did not end with a Python exception: " + report  # no signal, no abort
-    assert error in err0 and "Traceback" in err0, report
+    assert any(error in err0 for error in errors) and "Traceback" in err0, report
     for crash in ("Segmentation fault", "Aborted", "terminate called", "core dumped"):
         assert crash not in err0, report
     # It failed in step 2's backward, after finishing steps 0 and 1 with rank 1.
