@@ -197,6 +197,8 @@ double HighestValue(ElementType t) {
   }
 }
 
+Val IsFinite(Emitter& e, const Val& v) { return e.Compare("LT", e.Unary("abs", v), e.Full(INFINITY, v.type)); }
+
 Val ScaledMean(Emitter& e, const Val& x, const Dims& dims) {
   int64_t n = 1;
   for (int64_t d : dims) n *= x.dims()[d];

@@ -82,6 +82,9 @@ double HighestValue(ElementType t);
 // Largest finite value of a floating type.
 double HighestFinite(ElementType t);
 
+// Whether each element of float `v` is finite: |v| < inf, false for NaN and +-inf.
+Val IsFinite(Emitter& e, const Val& v);
+
 // Sum of `x` over `dims` accumulated in `acc` type.
 Val SumDims(Emitter& e, const Val& x, const Dims& dims, ElementType acc);
 

@@ -340,8 +340,7 @@ Val FoldedBatchNorm(LowerCtx& c, const Val& xc, const Val& mean, const Val& invs
   Val centered = e.Binary("add", e.Binary("multiply", e.Binary("subtract", xc, PerChannel(e, mean, xc.dims())),
                                           PerChannel(e, a.alpha, xc.dims())),
                           PerChannel(e, a.bias, xc.dims()));
-  Val finite = e.Compare("LT", e.Unary("abs", a.alpha), e.Full(INFINITY, a.alpha.type));
-  return e.Select(PerChannel(e, finite, xc.dims()), centered, y);
+  return e.Select(PerChannel(e, IsFinite(e, a.alpha), xc.dims()), centered, y);
 }
 
 Val CenteredBatchNorm(LowerCtx& c, const Val& xc, const Val& mean, const Val& invstd, size_t w_i, size_t b_i) {
@@ -419,11 +418,10 @@ Increasing BatchNormIncreasing(LowerCtx& c, size_t w_i, size_t b_i, size_t rm_i,
   Val mean = e.Convert(c.tensor(rm_i), acc), var = e.Convert(c.tensor(rv_i), acc);
   Val invstd = e.Unary("rsqrt", e.Binary("add", var, e.Full(eps, var.type)));
   BatchNormAffine a = AffineOf(c, w_i, b_i, mean, invstd);
-  auto finite = [&](const Val& v) { return e.Compare("LT", e.Unary("abs", v), e.Full(INFINITY, v.type)); };
-  auto positive = [&](const Val& v) { return e.Binary("and", finite(v), e.Compare("GT", v, e.Full(0, v.type))); };
+  auto positive = [&](const Val& v) { return e.Binary("and", IsFinite(e, v), e.Compare("GT", v, e.Full(0, v.type))); };
   Val ok = e.Binary("and", positive(a.alpha), positive(invstd));
   if (!c.is_none(w_i)) ok = e.Binary("and", ok, positive(e.Convert(c.tensor(w_i), acc)));
-  for (const Val& v : {a.beta, mean, a.bias}) ok = e.Binary("and", ok, finite(v));
+  for (const Val& v : {a.beta, mean, a.bias}) ok = e.Binary("and", ok, IsFinite(e, v));
   return {true, e.Reduce(ok, e.Scalar(1, ElementType::kBool), {0}, "and")};
 }
 Increasing NativeBatchNormIncreasing(LowerCtx& c) {  // also _native_batch_norm_legit

@@ -177,8 +177,7 @@ std::vector<Val> LowerAmpUnscale(LowerCtx& c) {
     ElementType t = Opmath(x.dtype());
     Val xt = e.Convert(x, t);
     results.push_back(e.Convert(Mul(e, xt, e.BroadcastInDim(e.Convert(inv, t), x.dims(), {})), x.dtype()));
-    Val finite = e.Compare("LT", e.Unary("abs", xt), e.Full(INFINITY, xt.type));  // false for NaN too
-    Val bad = e.Unary("not", e.Reduce(finite, e.Scalar(1, ElementType::kBool), NormDims({}, x.rank()), "and"));
+    Val bad = e.Unary("not", e.Reduce(IsFinite(e, xt), e.Scalar(1, ElementType::kBool), NormDims({}, x.rank()), "and"));
     any_bad = e.Binary("or", any_bad, bad);
   }
   Val one = e.Full(1, found.type);
@@ -196,7 +195,7 @@ std::vector<Val> LowerAmpUpdateScale(LowerCtx& c) {
   Val successes = Add(e, tracker, e.Full(1, tracker.type));
   Val grow_now = e.Compare("EQ", successes, e.Full(static_cast<double>(c.int_arg(5)), tracker.type));
   Val grown = Mul(e, scale, e.Full(c.double_arg(3), scale.type));
-  Val grown_ok = e.Binary("and", grow_now, e.Compare("LT", e.Unary("abs", grown), e.Full(INFINITY, grown.type)));
+  Val grown_ok = e.Binary("and", grow_now, IsFinite(e, grown));
   Val backed_off = Mul(e, scale, e.Full(c.double_arg(4), scale.type));
   Val new_scale = e.Select(found, backed_off, e.Select(grown_ok, grown, scale));
   Val zero = e.Full(0, tracker.type);

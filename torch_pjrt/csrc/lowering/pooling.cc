@@ -147,16 +147,22 @@ Val TapSlice(Emitter& e, const Val& xp, size_t n, const PoolArgs& p, const Dims&
   return e.Slice(xp, start, limit, strides);
 }
 
-// The window taps of `x` (padded with its lowest value) for pooling into `out`: one strided
-// slice per tap.
-std::vector<Val> MaxPoolTaps(Emitter& e, const Val& x, size_t n, const PoolArgs& p, const Dims& out) {
+// The low and high padding of every dim of `x` that pooling into `out` reads past its edges.
+std::pair<Dims, Dims> WindowPads(const Val& x, size_t n, const PoolArgs& p, const Dims& out) {
   Window w = PoolWindow(x, n, p.kernel, p.stride, p.padding, p.dilation, Trailing(out, n));
-  Dims lo, hi, none(x.rank(), 0);
+  Dims lo, hi;
   for (const auto& pr : w.padding) {
     lo.push_back(pr.first);
     hi.push_back(pr.second);
   }
-  Val xp = e.Pad(x, e.Scalar(LowestValue(x.dtype()), x.dtype()), lo, hi, none);
+  return {lo, hi};
+}
+
+// The window taps of `x` (padded with its lowest value) for pooling into `out`: one strided
+// slice per tap.
+std::vector<Val> MaxPoolTaps(Emitter& e, const Val& x, size_t n, const PoolArgs& p, const Dims& out) {
+  auto [lo, hi] = WindowPads(x, n, p, out);
+  Val xp = e.Pad(x, e.Scalar(LowestValue(x.dtype()), x.dtype()), lo, hi, Dims(x.rank(), 0));
   int64_t taps = 1;
   for (int64_t k : p.kernel) taps *= k;
   std::vector<Val> values;
@@ -174,14 +180,9 @@ Val MaxOf(Emitter& e, const std::vector<Val>& taps) {
 // the first tap equal to the maximum, or the last NaN tap (torch's CPU kernel).
 Val MaxPoolIndices(Emitter& e, const Val& x, const std::vector<Val>& taps, const Val& mx, size_t n,
                    const PoolArgs& p, const Dims& out) {
-  Window w = PoolWindow(x, n, p.kernel, p.stride, p.padding, p.dilation, Trailing(out, n));
-  Dims lo, hi, none(x.rank(), 0);
-  for (const auto& pr : w.padding) {
-    lo.push_back(pr.first);
-    hi.push_back(pr.second);
-  }
+  auto [lo, hi] = WindowPads(x, n, p, out);
   ElementType ix = IndexType(x.dims(), n);
-  Val ip = e.Pad(FlatIndex(e, x.dims(), n, ix), e.Scalar(NoIndex(ix), ix), lo, hi, none);
+  Val ip = e.Pad(FlatIndex(e, x.dims(), n, ix), e.Scalar(NoIndex(ix), ix), lo, hi, Dims(x.rank(), 0));
   TensorType it{ix, out};
   Val first = e.Full(NoIndex(ix), it), last_nan = e.Full(-1, it);
   bool is_float = IsFloating(x.dtype());
