@@ -201,6 +201,51 @@ def test_cpu_scalar_tensors_mix_with_pjrt():
         x + torch.ones(3)
 
 
+def test_cpu_index_tensors_index_a_pjrt_tensor_as_on_cuda():
+    """Advanced indexing takes CPU index tensors (torch moves them to the indexed tensor's device,
+    so x_cuda[cpu_indices] works): reads, masks, writes and accumulation, and the gradient, all
+    lowered."""
+    a = torch.arange(12.0).reshape(3, 4)
+    rows, cols, mask = torch.tensor([2, 0, -1]), torch.tensor([1, 3, 0]), a > 5
+    x = a.to("pjrt")
+    with Counters() as c:
+        assert torch.equal(x[rows].cpu(), a[rows])
+        assert torch.equal(x[rows, cols].cpu(), a[rows, cols])
+        assert torch.equal(x[mask].cpu(), a[mask])
+        y, b = x.clone(), a.clone()
+        y[rows, cols] = 7.0
+        b[rows, cols] = 7.0
+        assert torch.equal(y.cpu(), b)
+        y.index_put_((rows,), torch.ones(4, device="pjrt"), accumulate=True)
+        b.index_put_((rows,), torch.ones(4), accumulate=True)
+        assert torch.equal(y.cpu(), b)
+        w = x.clone().requires_grad_()
+        w[rows, cols].sum().backward()
+        wc = a.clone().requires_grad_()
+        wc[rows, cols].sum().backward()
+        assert torch.equal(w.grad.cpu(), wc.grad)
+    assert c["FallbackOps"] == 0
+    with pytest.raises(RuntimeError, match="same device"):
+        x.index_select(0, rows)  # not advanced indexing: CUDA refuses a CPU index here too
+
+
+def test_an_op_without_a_lowering_refuses_a_cpu_tensor_beside_a_pjrt_one():
+    """A CPU input to a pjrt module is the user's mistake, refused as CUDA refuses it, also where
+    the op would fall back to the CPU kernel (a convolution whose input is on the CPU selects the
+    slow CPU convolution, which has no lowering): it used to run there and return a pjrt tensor."""
+    torch.manual_seed(0)
+    for module, shape in [(torch.nn.Conv2d(2, 3, 3), (1, 2, 5, 5)), (torch.nn.Conv1d(2, 3, 3), (1, 2, 5)),
+                          (torch.nn.ConvTranspose2d(2, 3, 3), (1, 2, 5, 5))]:
+        module = module.to("pjrt")
+        with Counters() as c, pytest.raises(RuntimeError, match="same device"):
+            module(torch.randn(shape))
+        assert c["FallbackOps"] == 0, module
+    m = torch.randn(3, 3) + 3 * torch.eye(3)
+    ld, pivots = torch.linalg.ldl_factor(m.to("pjrt") @ m.to("pjrt").T)  # ldl_solve falls back
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.linalg.ldl_solve(ld, pivots, torch.randn(3, 1))
+
+
 def test_a_copy_of_a_materialized_tensor_shares_its_buffer_without_an_execution():
     """A copy whose value is another storage's whole buffer takes that (immutable) buffer at the
     sync instead of running a copy program (AccumulateGrad copies a gradient that reaches two

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "aten/fallback.h"
+#include "aten/device_rules.h"
 #include "aten/lazy_tensor.h"
 #include "graph/executor.h"
 #include "graph/metrics.h"
@@ -28,18 +29,16 @@ bool g_warnings = [] {
 void RunCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const char* why) {
   // Counted by op name, whichever overload ran (structured ops arrive as their .out variant).
   const std::string& full = op.schema().operator_name().name;
+  // The arguments' devices follow the lowered kernels' rule: copied to the CPU, a CPU input of a
+  // pjrt convolution would otherwise run, where CUDA refuses it.
+  size_t num_args = op.schema().arguments().size();
+  int index = CommonPjrtDevice(torch::jit::last(*stack, num_args), TakesCpuIndices(op));
   // One sync for all pending work, so the copies below find everything materialized.
   graph::SyncAllDevices(graph::SyncCause::kFallback);
   // torch's cpu_fallback puts new results on the device of the first tensor argument, which may
   // be a CPU scalar (0 // x passes torch.tensor(0) first): results belong on the pjrt device.
   std::optional<c10::Device> device;
-  size_t num_args = op.schema().arguments().size();
-  for (const c10::IValue& iv : torch::jit::last(*stack, num_args)) {
-    if (iv.isTensor() && iv.toTensor().defined() && IsPjrt(iv.toTensor())) {
-      device = iv.toTensor().device();
-      break;
-    }
-  }
+  if (index >= 0) device = c10::Device(c10::DeviceType::PrivateUse1, index);
   at::native::cpu_fallback(op, stack, /*error_on_views=*/false);
   if (device) {
     size_t num_returns = op.schema().returns().size();

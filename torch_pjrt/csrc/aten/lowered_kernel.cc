@@ -22,6 +22,7 @@
 
 #include "aten/autograd_state.h"
 #include "aten/cpu_probe.h"
+#include "aten/device_rules.h"
 #include "aten/dynamic_shape.h"
 #include "aten/fallback.h"
 #include "aten/ivalue_map.h"
@@ -363,11 +364,6 @@ MetaCache::Entry CachedMeta(const OpSignature& sig, c10::ArrayRef<c10::IValue> a
 
 // ---------------------------------------------------------------- tracing
 
-[[noreturn]] void DeviceMismatch(const c10::Device& a, const c10::Device& b) {
-  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
-              a, " and ", b, "!");
-}
-
 struct NodeBuilder {
   int device;
   std::vector<graph::Value> inputs;
@@ -503,37 +499,18 @@ struct NodeBuilder {
   }
 };
 
-// The one pjrt device every tensor argument is on. CPU tensors are accepted only as 0-d scalars,
-// as with CUDA; anything else is torch's device-mismatch error. A factory without tensor
-// arguments (_efficientzerotensor) runs on its `device` argument.
+// The one pjrt device every tensor argument is on (device_rules.h: CPU tensors only as 0-d
+// scalars, as with CUDA). A factory without tensor arguments (_efficientzerotensor) runs on its
+// `device` argument.
 int FindDevice(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  int device = -1;
-  const at::Tensor* foreign = nullptr;
-  auto visit = [&](const at::Tensor& t) {
-    if (!t.defined()) return;
-    if (!IsPjrt(t)) {
-      if (t.dim() != 0 || !t.device().is_cpu()) foreign = &t;
-      return;
-    }
-    if (device < 0) device = t.device().index();
-    else if (t.device().index() != device) DeviceMismatch(c10::Device(c10::DeviceType::PrivateUse1, device), t.device());
-  };
+  int device = CommonPjrtDevice(args);
+  if (device >= 0) return device;
   for (const c10::IValue& iv : args) {
-    if (iv.isTensor()) visit(iv.toTensor());
-    else if (iv.isTensorList()) for (const at::Tensor& t : iv.toTensorList()) visit(t);
-    else if (iv.isList()) {
-      for (const c10::IValue& e : iv.toListRef()) if (e.isTensor()) visit(e.toTensor());
-    }
-  }
-  if (device < 0) {
-    for (const c10::IValue& iv : args) {
-      if (!iv.isDevice() || iv.toDevice().type() != c10::DeviceType::PrivateUse1) continue;
-      device = iv.toDevice().has_index() ? iv.toDevice().index() : CurrentDevice();
-    }
+    if (!iv.isDevice() || iv.toDevice().type() != c10::DeviceType::PrivateUse1) continue;
+    device = iv.toDevice().has_index() ? iv.toDevice().index() : CurrentDevice();
   }
   TORCH_CHECK(device >= 0, "pjrt: ", sig.name, " was dispatched to pjrt without any pjrt tensor");
-  if (foreign != nullptr) DeviceMismatch(c10::Device(c10::DeviceType::PrivateUse1, device), foreign->device());
-  return device;
+  return CommonPjrtDevice(args, /*cpu_index_lists=*/false, device);  // refuses foreign tensors
 }
 
 // The (seed, offset) a random op draws with, as value scalars, advancing the generator past the
@@ -686,6 +663,7 @@ class LoweredKernel {
 
   void TraceBoxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (sig_.dtype_from_out >= 0) TakeDtypeFromOut(sig_, stack);
+    if (sig_.integer_indices_only) MoveCpuIndicesToDevice(stack, sig_.num_args);
     Returns returns;
     switch (TraceArgs(torch::jit::last(*stack, sig_.num_args), &returns)) {
       case Traced::kIntegerIndices:
