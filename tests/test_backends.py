@@ -338,6 +338,8 @@ def test_path_plugin_with_bad_capabilities_is_reported():
 
 CPU_FLAGS = ("--xla_cpu_copy_insertion_use_region_analysis=true --xla_cpu_enable_fast_min_max=true "
              "--xla_cpu_use_xnnpack=false")
+if torch.backends.cpu.get_cpu_capability() == "AVX512":  # 512-bit vectors where the host has them
+    CPU_FLAGS += " --xla_cpu_prefer_vector_width=512"
 
 
 def test_cpu_plugin_sets_its_xla_flags_unless_the_user_chose(monkeypatch):
@@ -351,8 +353,7 @@ def test_cpu_plugin_sets_its_xla_flags_unless_the_user_chose(monkeypatch):
     assert os.environ["XLA_FLAGS"].count("fast_min_max") == 1
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_copy_insertion_use_region_analysis=false")
     cpu.CpuPlugin().configure_single_process()
-    assert os.environ["XLA_FLAGS"] == ("--xla_cpu_copy_insertion_use_region_analysis=false "
-                                       "--xla_cpu_enable_fast_min_max=true --xla_cpu_use_xnnpack=false")
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_copy_insertion_use_region_analysis=false " + CPU_FLAGS.split(" ", 1)[1]
     # Set before the client starts, where the plugin reads it.
     out = run_python("""
         import os, torch
@@ -361,6 +362,18 @@ def test_cpu_plugin_sets_its_xla_flags_unless_the_user_chose(monkeypatch):
         print(repr(before), repr(os.environ["XLA_FLAGS"]))
     """, env={"XLA_FLAGS": ""}).stdout
     assert out.strip() == "'' '" + CPU_FLAGS + "'"
+
+
+def test_cpu_plugin_asks_for_512_bit_vectors_only_where_torch_uses_avx512():
+    script = """
+        import os, torch
+        torch.ones(1, device="pjrt")
+        print(torch.backends.cpu.get_cpu_capability(), "prefer_vector_width=512" in os.environ["XLA_FLAGS"])
+    """
+    capability, wide = run_python(script, env={"XLA_FLAGS": ""}).stdout.split()
+    assert wide == str(capability == "AVX512")
+    # ATEN_CPU_CAPABILITY lowers torch's kernels to AVX2; XLA's generated code follows.
+    assert run_python(script, env={"XLA_FLAGS": "", "ATEN_CPU_CAPABILITY": "avx2"}).stdout.split() == ["AVX2", "False"]
 
 
 XLA_POOL_SIZE = """
