@@ -663,7 +663,7 @@ class LoweredKernel {
 
   void TraceBoxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (sig_.dtype_from_out >= 0) TakeDtypeFromOut(sig_, stack);
-    if (sig_.integer_indices_only) MoveCpuIndicesToDevice(stack, sig_.num_args);
+    if (sig_.cpu_indices) MoveCpuIndicesToDevice(stack, sig_.num_args);
     Returns returns;
     switch (TraceArgs(torch::jit::last(*stack, sig_.num_args), &returns)) {
       case Traced::kIntegerIndices:

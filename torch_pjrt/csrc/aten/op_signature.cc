@@ -6,6 +6,7 @@
 #include <array>
 #include <unordered_map>
 
+#include "aten/device_rules.h"
 #include "lowering/lowering.h"
 
 namespace torch_pjrt::aten {
@@ -113,6 +114,7 @@ OpSignature MakeSignature(const c10::OperatorHandle& op, const c10::OperatorHand
   sig.returns_nothing = s.returns().empty();
   sig.extra_mutations = entry.extra_mutations;
   sig.integer_indices_only = entry.integer_indices_only;
+  sig.cpu_indices = TakesCpuIndices(op);
   sig.index_checks = entry.index_checks;
   sig.value_checks = entry.value_checks;
   sig.zero_divisor_check = entry.zero_divisor_check;

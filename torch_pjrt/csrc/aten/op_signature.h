@@ -48,6 +48,7 @@ struct OpSignature {
   size_t num_returns = 0;                   // of `functional`
   bool meta_runs_op = false;                // `op` is an out= op lowered directly (no functional)
   bool integer_indices_only = false;        // boolean index tensors take the CPU path
+  bool cpu_indices = false;                 // index tensors may be on the CPU (device_rules.h)
   std::vector<lowering::IndexArgSpec> index_checks;  // index arguments checked against bounds
   std::vector<lowering::ValueArgSpec> value_checks;  // arguments whose values are checked
   lowering::ZeroDivisorCheck zero_divisor_check;  // integer division: a zero divisor raises
