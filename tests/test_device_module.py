@@ -120,6 +120,23 @@ def test_memory_stats():
     del y
 
 
+def test_a_finished_programs_last_arguments_are_freed_by_later_launches():
+    # A program holds its arguments until it is retired: a later launch retires it and hands its
+    # buffers to a thread that frees them (off the tracing thread); the memory statistics wait for
+    # that thread, so they count the buffers gone as soon as a launch has retired the program.
+    x = torch.randn(1 << 18).to("pjrt")  # 1 MiB
+    torch.pjrt.synchronize()
+    with_x = torch.pjrt.memory_reserved(0)
+    total = (x * 2).sum()
+    del x  # the buffer's last holder is now the program that reads it
+    total.item()
+    for _ in range(50):  # tiny launches until one finds that program finished
+        (torch.ones(4, device="pjrt") + 1).cpu()
+        if torch.pjrt.memory_reserved(0) <= with_x - (1 << 20) + 64:
+            break
+    assert torch.pjrt.memory_reserved(0) <= with_x - (1 << 20) + 64
+
+
 def test_events_and_streams():
     start = torch.Event(device="pjrt", enable_timing=True)
     end = torch.Event(device="pjrt", enable_timing=True)

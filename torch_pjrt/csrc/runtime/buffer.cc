@@ -1,4 +1,5 @@
 #include "runtime/buffer.h"
+#include "runtime/executable.h"
 
 #include <array>
 #include <cstring>
@@ -308,6 +309,7 @@ bool Buffer::Ready() const {
 }
 
 int64_t Buffer::LiveBytes(int device) {
+  FreeRetiredArguments();
   return device >= 0 && device < kMaxTrackedDevices ? g_live_bytes[device].load() : 0;
 }
 

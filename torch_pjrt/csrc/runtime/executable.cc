@@ -2,7 +2,9 @@
 
 #include <deque>
 #include <map>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
 namespace torch_pjrt::runtime {
 
@@ -100,9 +102,68 @@ void Retire(const Plugin& plugin, const InFlight& f) {
   }
 }
 
-// Retires finished events at the front of the queue so it stays short. Caller holds the mutex.
-// Never throws.
-void PruneFinished(const Plugin& plugin) {
+// Drops finished executions' argument buffers on a thread of its own. Where a launch retired the
+// previous step's executions itself, freeing their last references (the old parameters, the
+// value scalars) was ~45% of `Executable::Execute`'s samples on the tracing thread (glibc's free
+// of device memory, waiting on the heap's lock while XLA's threads allocate); apart, T5's lazy
+// training step ran 13% faster, BERT's 4-5% (docs/design.md, "Freeing finished programs'
+// arguments").
+class ArgumentReaper {
+ public:
+  void Drop(std::vector<ReadArguments> arguments) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& a : arguments) queue_.push_back(std::move(a));
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { Serve(); }).detach();
+    }
+    wake_.notify_one();
+  }
+
+  // Returns once everything dropped before the call is freed, so that a wait for the device or a
+  // read of the memory statistics sees those buffers gone.
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    drained_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+
+ private:
+  void Serve() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return !queue_.empty(); });
+      std::deque<ReadArguments> batch;
+      batch.swap(queue_);
+      busy_ = true;
+      lock.unlock();
+      batch.clear();
+      lock.lock();
+      busy_ = false;
+      drained_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, drained_;
+  std::deque<ReadArguments> queue_;  // guarded by mutex_
+  bool started_ = false, busy_ = false;
+};
+
+ArgumentReaper& Reaper() {
+  static auto* reaper = new ArgumentReaper();  // never destroyed: buffers may be dropped until exit
+  return *reaper;
+}
+
+}  // namespace
+
+void FreeRetiredArguments() { Reaper().Drain(); }
+
+namespace {
+
+// Retires finished events at the front of the queue so it stays short, moving their argument
+// buffers to `finished` (freed by the caller, outside the mutex). Caller holds the mutex. Never
+// throws.
+void PruneFinished(const Plugin& plugin, std::vector<ReadArguments>& finished) {
   while (!g_inflight.empty()) {
     bool ready = false;
     try {
@@ -114,6 +175,7 @@ void PruneFinished(const Plugin& plugin) {
     InFlight done = std::move(g_inflight.front());
     g_inflight.pop_front();
     Retire(plugin, done);
+    finished.push_back(std::move(done.arguments));
   }
 }
 
@@ -261,11 +323,17 @@ std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_
   std::vector<std::shared_ptr<Buffer>> result;
   result.reserve(outputs.size());
   for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(client_, b, device));
-  std::lock_guard<std::mutex> lock(g_inflight_mutex);
-  if (complete != nullptr) {
-    g_inflight.push_back({client_.get(), device, complete, ReadArguments(std::move(keep_alive))});
+  std::vector<ReadArguments> finished;
+  {
+    std::lock_guard<std::mutex> lock(g_inflight_mutex);
+    if (complete != nullptr) {
+      g_inflight.push_back({client_.get(), device, complete, ReadArguments(std::move(keep_alive))});
+    }
+    PruneFinished(plugin, finished);
   }
-  PruneFinished(plugin);
+  if (!finished.empty()) {
+    Reaper().Drop(std::move(finished));
+  }
   return result;
 }
 
@@ -312,6 +380,7 @@ void WaitForExecutions(const Client& client, int device) {
       }
     }
   }
+  FreeRetiredArguments();
   std::string first_error;
   for (const InFlight& f : mine) {
     try {

@@ -66,6 +66,9 @@ class Executable {
 // Blocks until every execution started on `device` (-1: on any device) has finished; rethrows the
 // first execution error seen.
 void WaitForExecutions(const Client& client, int device);
+// Returns once the argument buffers of every execution retired so far are freed (launches hand
+// them to a thread of their own); waits and the memory statistics call it.
+void FreeRetiredArguments();
 // True when no execution started on `device` is still running.
 bool ExecutionsDone(const Client& client, int device);
 
