@@ -6,6 +6,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 namespace torch_pjrt::runtime {
 
 namespace {
@@ -113,10 +115,7 @@ class ArgumentReaper {
   void Drop(std::vector<ReadArguments> arguments) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& a : arguments) queue_.push_back(std::move(a));
-    if (!started_) {
-      started_ = true;
-      std::thread([this] { Serve(); }).detach();
-    }
+    EnsureThread();
     wake_.notify_one();
   }
 
@@ -124,10 +123,19 @@ class ArgumentReaper {
   // read of the memory statistics sees those buffers gone.
   void Drain() {
     std::unique_lock<std::mutex> lock(mutex_);
+    if (!queue_.empty()) EnsureThread();
     drained_.wait(lock, [&] { return queue_.empty() && !busy_; });
   }
 
  private:
+  // Starts the thread in this process (again in a forked child, which has none). Under mutex_.
+  void EnsureThread() {
+    if (owner_ == getpid()) return;
+    owner_ = getpid();
+    busy_ = false;
+    std::thread([this] { Serve(); }).detach();
+  }
+
   void Serve() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
@@ -145,8 +153,10 @@ class ArgumentReaper {
 
   std::mutex mutex_;
   std::condition_variable wake_, drained_;
-  std::deque<ReadArguments> queue_;  // guarded by mutex_
-  bool started_ = false, busy_ = false;
+  std::deque<ReadArguments> queue_;
+  pid_t owner_ = 0;     // the process whose thread serves the queue
+  bool busy_ = false;   // that thread is freeing a batch
+  // All guarded by mutex_.
 };
 
 ArgumentReaper& Reaper() {
