@@ -1,9 +1,10 @@
 #include "runtime/buffer.h"
-#include "runtime/executable.h"
 
 #include <array>
 #include <cstring>
 #include <mutex>
+
+#include "runtime/executable.h"
 
 namespace torch_pjrt::runtime {
 
