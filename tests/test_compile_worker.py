@@ -155,3 +155,31 @@ def test_worker_compiled_programs_load_from_the_disk_cache(tmp_path):
     cache = str(tmp_path / "cache")
     assert "counts 1 " in run_script(script, TORCH_PJRT_CACHE_DIR=cache)
     assert "counts 0 0" in run_script(script, TORCH_PJRT_CACHE_DIR=cache)  # all from the disk
+
+
+def test_programs_are_compiled_for_the_pool_that_runs_them(tmp_path):
+    # XLA:CPU splits a program's loops for the pool of the client that compiles it
+    # (outer_dimension_partitions); a program split for the main pool ran 3-5x slower on the
+    # small programs' one-thread client. The worker compiles each program on a client like the
+    # one that runs it (docs/design.md, "Compiling for the client that runs the program").
+    dump = tmp_path / "dump"
+    script = """
+        started_worker_pid()
+        small, large = torch.randn(512, 1000), torch.randn(2048, 2048)
+        torch.testing.assert_close((small.to("pjrt").exp() * 2).cpu(), small.exp() * 2)
+        torch.testing.assert_close((large.to("pjrt").exp() * 2).cpu(), large.exp() * 2)
+        print("counts", counter("CompilesInWorker"), counter("SmallProgramExecutions"))
+        """
+    # One device: with several (the suite's four) XLA splits the one-thread client's loops too.
+    out = run_script(script, XLA_FLAGS=f"--xla_dump_to={dump}", PJRT_NPROC="2", TORCH_PJRT_CPU_DEVICE_COUNT="1",
+                     TORCH_PJRT_SMALL_PROGRAM_WORK="10000000", TORCH_PJRT_CACHE_DIR=str(tmp_path / "cache"))
+    assert "counts 2 2" in out  # both compiled in the worker; `ones` and the small one ran on one thread
+    optimized = {}
+    for path in dump.glob("*cpu_after_optimizations.txt"):
+        text = path.read_text()
+        for shape in ("f32[512,1000]", "f32[2048,2048]"):
+            if shape in text:
+                optimized[shape] = text
+    assert set(optimized) == {"f32[512,1000]", "f32[2048,2048]"}, sorted(p.name for p in dump.iterdir())
+    assert "outer_dimension_partitions" in optimized["f32[2048,2048]"], "the main pool's program is split"
+    assert "outer_dimension_partitions" not in optimized["f32[512,1000]"], "the one-thread client's is not"

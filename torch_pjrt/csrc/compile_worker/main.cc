@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <exception>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,17 +27,43 @@ XLA_FFI_Error* CompileOnlyHandler(XLA_FFI_CallFrame* frame) {
   return FfiError(frame, "the compile worker's programs are never run");
 }
 
-std::shared_ptr<Client> StartClient(const std::vector<std::string>& start) {
-  auto plugin = Plugin::Load(start[0], start[1]);
-  auto client = std::make_shared<Client>(plugin, worker::DecodeOptions(start[2]));
-  for (const std::string& target : worker::SplitFrames(start[3])) {
-    RegisterFfiHandler(*plugin, client->platform_name(), target, &CompileOnlyHandler);
+// The clients programs are compiled on: one like the parent's main client, and one like its
+// small programs' client, started when first asked for (XLA:CPU makes an executable for the
+// pool of the client that compiles it; runtime/compile_worker.h).
+struct Clients {
+  std::shared_ptr<Client> main;
+  std::shared_ptr<Client> small;
+  std::map<std::string, std::string> small_environment;
+  std::vector<NamedOption> options;
+
+  const std::shared_ptr<Client>& For(const std::string& kind) {
+    if (kind != "small" || small_environment.empty()) return main;
+    if (small) return small;
+    try {
+      small = StartClientUnder(small_environment, main->plugin_ptr(), options);
+      return small;
+    } catch (const std::exception&) {
+      small_environment.clear();  // compile on the main client: slower programs, not wrong ones
+      return main;
+    }
   }
-  return client;
+};
+
+Clients StartClients(const std::vector<std::string>& start) {
+  auto plugin = Plugin::Load(start[0], start[1]);
+  Clients clients;
+  clients.options = worker::DecodeOptions(start[2]);
+  clients.main = std::make_shared<Client>(plugin, clients.options);
+  for (const std::string& target : worker::SplitFrames(start[3])) {
+    RegisterFfiHandler(*plugin, clients.main->platform_name(), target, &CompileOnlyHandler);
+  }
+  clients.small_environment = worker::DecodeEnvironment(start[4]);
+  return clients;
 }
 
-std::vector<std::string> CompileOne(const std::shared_ptr<Client>& client, const std::string& text) {
+std::vector<std::string> CompileOne(Clients& clients, const std::string& text, const std::string& kind) {
   try {
+    const std::shared_ptr<Client>& client = clients.For(kind);
     std::string bytes = Executable::Compile(client, text)->Serialize();
     malloc_trim(0);  // the compiler's garbage: keep the idle worker small
     return {"ok", std::move(bytes), "0"};
@@ -54,18 +81,18 @@ extern "C" int torch_pjrt_compile_worker_main(int requests, int replies) {
   using namespace torch_pjrt::runtime;
   signal(SIGINT, SIG_IGN);  // Ctrl-C is for the parent, which may catch it and go on
   std::vector<std::string> start;
-  if (!worker::ReadMessage(requests, 4, &start)) return 1;
-  std::shared_ptr<Client> client;
+  if (!worker::ReadMessage(requests, 5, &start)) return 1;
+  Clients clients;
   try {
-    client = StartClient(start);
+    clients = StartClients(start);
   } catch (const std::exception& e) {
     worker::WriteMessage(replies, {"error", e.what()});
     return 1;
   }
   if (!worker::WriteMessage(replies, {"ok", ""})) return 1;
   std::vector<std::string> request;
-  while (worker::ReadMessage(requests, 1, &request)) {
-    if (!worker::WriteMessage(replies, CompileOne(client, request[0]))) return 1;
+  while (worker::ReadMessage(requests, 2, &request)) {
+    if (!worker::WriteMessage(replies, CompileOne(clients, request[0], request[1]))) return 1;
   }
   return 0;
 }

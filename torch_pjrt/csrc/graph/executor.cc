@@ -596,12 +596,13 @@ std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause 
   // A replicated program is bound to this job's devices: never shared through the disk cache.
   const bool replicated = !g.replica_devices.empty();
   auto client = runtime::ClientForProgram({g.work, g.ops, LaunchedByTrainingStep(cause), replicated});
-  std::string fingerprint = PluginFingerprint();
   auto compiled = std::make_shared<CompiledGraph>();
   compiled->arg_types = g.arg_types;
   compiled->summary = g.summary;
   compiled->calls_host_kernels = trace.host_kernel_nodes > 0 && Target().host_kernels;
   compiled->small_program = client != runtime::GetClient();
+  // An executable is made for the pool of the client that compiled it (runtime/compile_worker.h).
+  const std::string fingerprint = PluginFingerprint() + (compiled->small_program ? ";client=small" : "");
   if (pending.has_checks) {
     std::vector<Value> targets(pending.outputs.begin(), pending.outputs.end() - 1);
     compiled->check_dependents = CheckDependents(trace.checks, targets);

@@ -1,6 +1,9 @@
 #include "runtime/client.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <utility>
 
 namespace torch_pjrt::runtime {
 
@@ -107,6 +110,42 @@ Client::Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& o
     PJRT_CALL(*plugin_, PJRT_DeviceDescription_Kind, &kind);
     device_kind_.assign(kind.device_kind, kind.device_kind_size);
   }
+}
+
+namespace {
+
+// Sets environment variables for as long as it lives, then restores the old values.
+class ScopedEnvironment {
+ public:
+  explicit ScopedEnvironment(const std::map<std::string, std::string>& values) {
+    for (const auto& [name, value] : values) {
+      const char* old = std::getenv(name.c_str());
+      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+      setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+  ~ScopedEnvironment() {
+    for (const auto& [name, old] : saved_) {
+      if (old) {
+        setenv(name.c_str(), old->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+}  // namespace
+
+std::shared_ptr<Client> StartClientUnder(const std::map<std::string, std::string>& environment,
+                                         std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& options) {
+  ScopedEnvironment env(environment);
+  return std::make_shared<Client>(std::move(plugin), options);
 }
 
 Client::~Client() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,16 @@ struct KeyValueStore {
 // timed out) becomes a PJRT error made with the plugin's `callback_error`, never an exception.
 PJRT_Error* KvGet(PJRT_KeyValueGetCallback_Args* args);
 PJRT_Error* KvPut(PJRT_KeyValuePutCallback_Args* args);
+
+// A client of `plugin` started while the variables in `environment` are set (the old values are
+// restored before it returns). XLA's CPU client reads its pool size (PJRT_NPROC) when it starts,
+// so this is how a second client with another pool is made (runtime.cc's small programs' client,
+// and its twin in the compile worker). setenv is not safe against getenv on other threads: callers
+// start it where nothing else runs (the start lock right after the main client started, the
+// compile worker's one thread).
+class Client;
+std::shared_ptr<Client> StartClientUnder(const std::map<std::string, std::string>& environment,
+                                         std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& options);
 
 class Client {
  public:

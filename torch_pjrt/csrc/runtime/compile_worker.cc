@@ -47,7 +47,8 @@ pid_t Spawn(const std::vector<std::string>& argv, int child_requests, int child_
 }  // namespace
 
 CompileWorker::CompileWorker(const std::vector<std::string>& argv, const std::string& plugin_name,
-                             const std::string& library_path, const std::vector<NamedOption>& options)
+                             const std::string& library_path, const std::vector<NamedOption>& options,
+                             const std::map<std::string, std::string>& small_program_environment)
     : plugin_name_(plugin_name) {
   if (argv.empty()) throw CompileWorkerLost("compile worker: empty command");
   int to_worker[2], from_worker[2];
@@ -65,7 +66,8 @@ CompileWorker::CompileWorker(const std::vector<std::string>& argv, const std::st
   replies_ = from_worker[0];
   // The start message fits the pipe's buffer: this never waits for the worker.
   worker::WriteMessage(requests_, {plugin_name, library_path, worker::EncodeOptions(options),
-                                   worker::JoinFrames(FfiHandlerNames())});
+                                   worker::JoinFrames(FfiHandlerNames()),
+                                   worker::EncodeEnvironment(small_program_environment)});
 }
 
 CompileWorker::~CompileWorker() {
@@ -99,10 +101,11 @@ void CompileWorker::AwaitStart() {
   started_ = true;
 }
 
-std::string CompileWorker::Compile(const std::string& mlir_text) {
+std::string CompileWorker::Compile(const std::string& mlir_text, bool for_small_client) {
   AwaitStart();
   std::vector<std::string> reply;
-  if (!worker::WriteMessage(requests_, {mlir_text}) || !worker::ReadMessage(replies_, 3, &reply)) {
+  if (!worker::WriteMessage(requests_, {mlir_text, for_small_client ? "small" : "main"}) ||
+      !worker::ReadMessage(replies_, 3, &reply)) {
     throw CompileWorkerLost("the compile worker died while compiling a graph (its stderr says why)");
   }
   if (reply[0] != "ok") throw PjrtError(reply[1], std::stoi(reply[2]));

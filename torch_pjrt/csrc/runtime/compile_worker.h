@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,20 +27,26 @@ class CompileWorkerLost : public PjrtError {
 class CompileWorker {
  public:
   // Spawns `argv` (whose process must run compile_worker/main.cc's entry point on file
-  // descriptors 3, its requests, and 4, its replies) and sends it the plugin to load. Does not
+  // descriptors 3, its requests, and 4, its replies) and sends it the plugin to load, with the
+  // environment the parent's small programs' client started under (empty: it has none). Does not
   // wait for it to start. Throws CompileWorkerLost when the process cannot be spawned.
   CompileWorker(const std::vector<std::string>& argv, const std::string& plugin_name,
-                const std::string& library_path, const std::vector<NamedOption>& options);
+                const std::string& library_path, const std::vector<NamedOption>& options,
+                const std::map<std::string, std::string>& small_program_environment);
   ~CompileWorker();
   CompileWorker(const CompileWorker&) = delete;
   CompileWorker& operator=(const CompileWorker&) = delete;
 
   // True once the worker has reported that its client started (never blocks).
   bool Started();
-  // The serialized executable of the portable program `mlir_text` (waits for the start first).
+  // The serialized executable of the portable program `mlir_text` (waits for the start first),
+  // compiled by a client like the one it will run on: the worker's twin of the small programs'
+  // client when `for_small_client`. XLA:CPU's executables are made for the pool of the client
+  // that compiles them; one compiled for the main pool ran 3-5x slower on the one-thread client
+  // (docs/design.md, "Compiling for the client that runs the program").
   // Throws PjrtError with the compiler's message for a bad program, CompileWorkerLost when the
   // worker is gone. Not thread-safe: the caller serializes compiles.
-  std::string Compile(const std::string& mlir_text);
+  std::string Compile(const std::string& mlir_text, bool for_small_client);
   pid_t pid() const { return pid_; }
 
  private:

@@ -69,43 +69,13 @@ std::shared_ptr<Client> StartClient(const PluginConfig& config) {
   return client;
 }
 
-// Sets environment variables for as long as it lives: around the second client's start, under the
-// start lock, right after the main client started and before any program ran. setenv is not safe
-// against getenv on other threads; at that point those are the main client's idle pool and
-// whatever Python threads the user runs, and the window is one PJRT_Client_Create.
-class ScopedEnvironment {
- public:
-  explicit ScopedEnvironment(const std::map<std::string, std::string>& values) {
-    for (const auto& [name, value] : values) {
-      const char* old = std::getenv(name.c_str());
-      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
-      setenv(name.c_str(), value.c_str(), 1);
-    }
-  }
-  ~ScopedEnvironment() {
-    for (const auto& [name, old] : saved_) {
-      if (old) {
-        setenv(name.c_str(), old->c_str(), 1);
-      } else {
-        unsetenv(name.c_str());
-      }
-    }
-  }
-  ScopedEnvironment(const ScopedEnvironment&) = delete;
-  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
-
- private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
-
 // The small programs' client (PluginConfig::small_program_env), or null when the configuration
 // asks for none or it fails to start (then everything runs on `main`, with a warning).
 std::shared_ptr<Client> StartSmallProgramClient(const PluginConfig& config, const Client& main,
                                                 std::string* failure) {
   if (config.small_program_env.empty() || config.small_program_max_work <= 0 || !main.host_memory()) return nullptr;
   try {
-    ScopedEnvironment env(config.small_program_env);
-    auto client = std::make_shared<Client>(main.plugin_ptr(), config.options);
+    auto client = StartClientUnder(config.small_program_env, main.plugin_ptr(), config.options);
     client->set_host_memory(true);
     if (client->device_count() != main.device_count()) throw PjrtError("it reports another device count");
     return client;
@@ -137,8 +107,9 @@ void Warn(State& s, const std::string& message) {
 void StartCompileWorker(State& s, const PluginConfig& config) {
   if (config.compile_worker.empty()) return;
   try {
+    // The worker starts its twin of the small programs' client when it is first asked for it.
     auto worker = std::make_unique<CompileWorker>(config.compile_worker, config.name, config.library_path,
-                                                  config.options);
+                                                  config.options, config.small_program_env);
     std::lock_guard<std::mutex> lock(s.compile_mutex);
     s.worker = std::move(worker);
   } catch (const CompileWorkerLost& e) {
@@ -235,6 +206,15 @@ std::shared_ptr<Client> ClientForProgram(const ProgramShape& program) {
   return small || fine_grained ? s.small_client : client;
 }
 
+namespace {
+
+std::shared_ptr<Client> SmallProgramClient(State& s) {
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.small_client;
+}
+
+}  // namespace
+
 std::shared_ptr<Executable> CompileProgram(const std::shared_ptr<Client>& client, const std::string& mlir_text,
                                            const std::vector<int64_t>& replica_devices,
                                            std::string* serialized) {
@@ -245,7 +225,7 @@ std::shared_ptr<Executable> CompileProgram(const std::shared_ptr<Client>& client
     try {
       // Started() too finds a worker that exited before it started.
       if (s.worker && (s.worker->Started() || mlir_text.size() >= kWaitForWorkerBytes)) {
-        *serialized = s.worker->Compile(mlir_text);
+        *serialized = s.worker->Compile(mlir_text, client == SmallProgramClient(s));
         lock.unlock();
         return Executable::Deserialize(client, *serialized);
       }

@@ -94,6 +94,23 @@ std::vector<std::string> SplitFrames(const std::string& joined) {
   return out;
 }
 
+std::string EncodeEnvironment(const std::map<std::string, std::string>& environment) {
+  std::vector<std::string> frames;
+  for (const auto& [name, value] : environment) {
+    frames.push_back(name);
+    frames.push_back(value);
+  }
+  return JoinFrames(frames);
+}
+
+std::map<std::string, std::string> DecodeEnvironment(const std::string& frame) {
+  std::vector<std::string> frames = SplitFrames(frame);
+  if (frames.size() % 2 != 0) throw std::runtime_error("compile worker: malformed environment");
+  std::map<std::string, std::string> environment;
+  for (size_t i = 0; i < frames.size(); i += 2) environment[frames[i]] = frames[i + 1];
+  return environment;
+}
+
 std::string EncodeOptions(const std::vector<NamedOption>& options) {
   std::vector<std::string> out;
   for (const NamedOption& o : options) {
