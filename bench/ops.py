@@ -10,9 +10,11 @@ sequence 64, width 128, vocabulary 1000. Runs in this process with a fresh compi
 """
 
 import datetime
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -82,18 +84,29 @@ def time_block(fn, make, device, calls=100):
     return statistics.median(times) * 1e3
 
 
+def backend_times(device):
+    """Milliseconds per call of every block on `device`, measured in a child process."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", device],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main():
+    if sys.argv[1:2] == ["--child"]:
+        print(json.dumps({name: time_block(fn, make, sys.argv[2]) for name, (fn, make) in BLOCKS.items()}))
+        return 0
+    eager, pjrt = backend_times("cpu"), backend_times("pjrt")
     rows = []
-    for name, (fn, make) in BLOCKS.items():
-        eager, pjrt = time_block(fn, make, "cpu"), time_block(fn, make, "pjrt")
-        rows.append(f"| {name} | {pjrt:.3f} | {eager:.3f} | {pjrt / eager:.2f} |")
+    for name in BLOCKS:
+        rows.append(f"| {name} | {pjrt[name]:.3f} | {eager[name]:.3f} | {pjrt[name] / eager[name]:.2f} |")
         print(rows[-1], flush=True)
     lines = [
         "# Model building blocks, one at a time",
         "",
         f"Produced by `.venv/bin/python bench/ops.py` on {datetime.date.today()} ({platform.machine()}, "
-        f"{os.cpu_count()} cores). Milliseconds per call, median of 100; a pjrt call is one "
-        "execution including its launch and the wait for it (see the script's docstring).",
+        f"{os.cpu_count()} cores). Milliseconds per call, median of 100, each backend in a process "
+        "of its own; a pjrt call is one execution including its launch and the wait for it (see the "
+        "script's docstring).",
         "",
         "| block | pjrt (ms) | CPU eager (ms) | pjrt / eager |",
         "|---|---|---|---|",
