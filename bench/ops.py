@@ -44,6 +44,7 @@ def ids():
 # name -> (function, inputs made on the CPU); the same seed makes both devices' inputs.
 BLOCKS = {
     "row max ([512, 1000] logits)": (lambda x: x.amax(-1), lambda: [t(TOKENS, V)]),
+    "argmax ([512, 1000] logits)": (lambda x: x.argmax(-1), lambda: [t(TOKENS, V)]),
     "row sum ([512, 1000])": (lambda x: x.sum(-1), lambda: [t(TOKENS, V)]),
     "exp ([512, 1000])": (lambda x: x.exp(), lambda: [t(TOKENS, V)]),
     "bias gradient ([8, 64, 512] summed over (0, 1))": (lambda g: g.sum((0, 1)), lambda: [t(B, S, 4 * D)]),

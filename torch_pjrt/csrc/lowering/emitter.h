@@ -240,7 +240,9 @@ class Emitter {
   Val RawUnary(std::string_view op, const Val& x);
   Val LogOfFoldable(const Val& x);
   Val ExpPassingNaN(std::string_view op, const Val& x);
+  Val ReduceRows(const Val& x, const Val& init, const Dims& dims, std::string_view op);
   Val RawReduce(const Val& x, const Val& init, const Dims& dims, std::string_view op);
+  Val EmitReduce(const Val& operand, const Val& init, const Dims& reduced, std::string_view op);
   TargetOptions target_;
   std::unordered_set<int> non_nan_constants_;  // ids of constants that are not NaN
   std::unordered_map<int32_t, Val> transposed_2d_;  // result id -> operand, for DotGeneral

@@ -114,29 +114,22 @@ std::vector<Val> LowerMinAll(LowerCtx& c) {
 }
 
 // (value, index) of the max (or min) along `dim`; ties and NaNs resolve like torch: the first
-// index wins, and NaN counts as larger (smaller) than everything.
+// index wins, and NaN counts as larger (smaller) than everything. Two plain reductions, which
+// XLA:CPU vectorizes (Emitter::Reduce): the extreme value (NaN where the slice has one), then the
+// first index holding it or a NaN. A variadic (value, index) reduction ran as one scalar loop:
+// argmax over [512, 1000] floats took 7.8-8.0 ms. The value is read back at the index, so the
+// max of [-0., 0.] is the first zero's sign, as on the CPU.
 std::pair<Val, Val> ArgReduce(Emitter& e, const Val& x, int64_t dim, bool max) {
-  Val idx = e.Iota(TensorType{ElementType::kS64, x.dims()}, dim);
-  ElementType t = x.dtype();
-  bool is_float = IsFloating(t);
-  Val init_v = e.Scalar(max ? LowestValue(t) : HighestValue(t), t);
-  Val init_i = e.Scalar(0, ElementType::kS64);
-  auto body = [&](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> {
-    const Val &av = a[0], &ai = a[1], &xv = a[2], &xi = a[3];
-    Val better = b.Compare(max ? "GT" : "LT", xv, av);
-    Val same = b.Compare("EQ", xv, av);
-    if (is_float) {
-      Val x_nan = b.Compare("NE", xv, xv), a_nan = b.Compare("NE", av, av);
-      Val not_a_nan = b.Unary("not", a_nan);
-      better = b.Binary("or", b.Binary("and", better, not_a_nan), b.Binary("and", x_nan, not_a_nan));
-      same = b.Binary("or", same, b.Binary("and", x_nan, a_nan));
-    }
-    Val earlier = b.Binary("and", same, b.Compare("LT", xi, ai));
-    Val take = b.Binary("or", better, earlier);
-    return {b.Select(take, xv, av), b.Select(take, xi, ai)};
-  };
-  std::vector<Val> r = e.ReduceVariadic({x, idx}, {init_v, init_i}, {dim}, body);
-  return {r[0], r[1]};
+  Val extreme = KeepDims(e, ReduceMax(e, x, {dim}, max), x.dims(), {dim});
+  Val hit = e.Compare("EQ", x, e.BroadcastTo(extreme, x.dims()));
+  if (IsFloating(x.dtype())) hit = e.Binary("or", hit, e.Compare("NE", x, x));
+  int64_t n = x.dims()[dim];
+  ElementType it = n < (int64_t{1} << 31) ? ElementType::kS32 : ElementType::kS64;
+  Val candidates = e.Select(hit, e.Iota(TensorType{it, x.dims()}, dim), e.Full(static_cast<double>(n), TensorType{it, x.dims()}));
+  Val first = e.Reduce(candidates, e.Scalar(static_cast<double>(n), it), {dim}, "minimum");
+  Val index = e.Convert(first, ElementType::kS64);
+  Val value = GatherAlong(e, x, KeepDims(e, index, x.dims(), {dim}), dim);
+  return {e.Reshape(value, index.dims()), index};
 }
 
 // argmax(self, dim=None, keepdim=False)
