@@ -341,4 +341,26 @@ double RoundedTo(double v, ElementType t) {
   return std::abs(r) > max ? std::copysign(INFINITY, r) : r;
 }
 
+Val ReduceMax(Emitter& e, const Val& x, const Dims& dims, bool max) {
+  if (x.dtype() == ElementType::kBool) {
+    return e.Reduce(x, e.Scalar(max ? 0 : 1, x.dtype()), dims, max ? "or" : "and");
+  }
+  Val init = e.Scalar(max ? LowestValue(x.dtype()) : HighestValue(x.dtype()), x.dtype());
+  return e.Reduce(x, init, dims, max ? "maximum" : "minimum");
+}
+
+// Two plain reductions, which XLA:CPU vectorizes (Emitter::Reduce): the extreme value (NaN where
+// the slice has one), then the smallest index holding it or a NaN. A variadic (value, index)
+// reduction ran as one scalar loop: argmax over [512, 1000] floats took 7.8-8.0 ms, 0.52 this way.
+Val FirstExtremeIndex(Emitter& e, const Val& x, int64_t dim, bool max) {
+  Val extreme = KeepDims(e, ReduceMax(e, x, {dim}, max), x.dims(), {dim});
+  Val hit = e.Compare("EQ", x, e.BroadcastTo(extreme, x.dims()));
+  if (IsFloating(x.dtype())) hit = e.Binary("or", hit, e.Compare("NE", x, x));
+  int64_t n = x.dims()[dim];
+  TensorType positions{n < (int64_t{1} << 31) ? ElementType::kS32 : ElementType::kS64, x.dims()};
+  Val candidates = e.Select(hit, e.Iota(positions, dim), e.Full(static_cast<double>(n), positions));
+  Val first = e.Reduce(candidates, e.Scalar(static_cast<double>(n), positions.dtype), {dim}, "minimum");
+  return e.Convert(first, ElementType::kS64);
+}
+
 }  // namespace torch_pjrt::lowering

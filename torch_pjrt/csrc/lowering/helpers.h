@@ -75,6 +75,12 @@ Val GatherAlong(Emitter& e, const Val& x, const Val& index, int64_t dim);
 // Keeps reduced dims as size 1 (keepdim=True) by reshaping.
 Val KeepDims(Emitter& e, const Val& reduced, const Dims& input_dims, const Dims& reduced_dims);
 
+// amax/amin of x over `dims` (any/all for bool), NaN where a reduced element is NaN.
+Val ReduceMax(Emitter& e, const Val& x, const Dims& dims, bool max);
+// The int64 index along `dim` (removed) of the first largest (smallest) element, a NaN counting
+// as larger (smaller) than everything, as torch's argmax/argmin.
+Val FirstExtremeIndex(Emitter& e, const Val& x, int64_t dim, bool max);
+
 // Smallest/largest value of a type, used as reduction identities (+-inf for floats).
 double LowestValue(ElementType t);
 double HighestValue(ElementType t);

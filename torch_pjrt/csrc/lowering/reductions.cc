@@ -66,13 +66,6 @@ std::vector<Val> LowerMean(LowerCtx& c) {
   return {Finish(c, Mean(c, x, dims, Opmath(c.out().dtype)), x, dims, false)};
 }
 
-Val ReduceMax(Emitter& e, const Val& x, const Dims& dims, bool max) {
-  Val init = e.Scalar(max ? LowestValue(x.dtype()) : HighestValue(x.dtype()), x.dtype());
-  if (x.dtype() == ElementType::kBool) {
-    return e.Reduce(x, e.Scalar(max ? 0 : 1, x.dtype()), dims, max ? "or" : "and");
-  }
-  return e.Reduce(x, init, dims, max ? "maximum" : "minimum");
-}
 std::vector<Val> LowerAmaxAmin(LowerCtx& c, bool max) {  // amax(self, dim=[], keepdim=False)
   Val x = c.tensor(0);
   Dims dims = ReduceDims(c, 1, x.rank());
@@ -113,21 +106,11 @@ std::vector<Val> LowerMinAll(LowerCtx& c) {
   return {Finish(c, ReduceMax(c.e, x, NormDims({}, x.rank()), false), x, {}, false)};
 }
 
-// (value, index) of the max (or min) along `dim`; ties and NaNs resolve like torch: the first
-// index wins, and NaN counts as larger (smaller) than everything. Two plain reductions, which
-// XLA:CPU vectorizes (Emitter::Reduce): the extreme value (NaN where the slice has one), then the
-// first index holding it or a NaN. A variadic (value, index) reduction ran as one scalar loop:
-// argmax over [512, 1000] floats took 7.8-8.0 ms. The value is read back at the index, so the
-// max of [-0., 0.] is the first zero's sign, as on the CPU.
+// (value, index) of the max (or min) along `dim`; ties and NaNs resolve like torch
+// (FirstExtremeIndex). The value is read back at the index, so the max of [-0., 0.] has the first
+// zero's sign, as on the CPU.
 std::pair<Val, Val> ArgReduce(Emitter& e, const Val& x, int64_t dim, bool max) {
-  Val extreme = KeepDims(e, ReduceMax(e, x, {dim}, max), x.dims(), {dim});
-  Val hit = e.Compare("EQ", x, e.BroadcastTo(extreme, x.dims()));
-  if (IsFloating(x.dtype())) hit = e.Binary("or", hit, e.Compare("NE", x, x));
-  int64_t n = x.dims()[dim];
-  ElementType it = n < (int64_t{1} << 31) ? ElementType::kS32 : ElementType::kS64;
-  Val candidates = e.Select(hit, e.Iota(TensorType{it, x.dims()}, dim), e.Full(static_cast<double>(n), TensorType{it, x.dims()}));
-  Val first = e.Reduce(candidates, e.Scalar(static_cast<double>(n), it), {dim}, "minimum");
-  Val index = e.Convert(first, ElementType::kS64);
+  Val index = FirstExtremeIndex(e, x, dim, max);
   Val value = GatherAlong(e, x, KeepDims(e, index, x.dims(), {dim}), dim);
   return {e.Reshape(value, index.dims()), index};
 }
@@ -140,12 +123,11 @@ std::vector<Val> LowerArgMaxMin(LowerCtx& c, bool max) {
   }
   if (c.is_none(1)) {
     Val flat = c.e.Reshape(x, {x.numel()});
-    return {c.e.Reshape(ArgReduce(c.e, flat, 0, max).second, c.out().dims)};
+    return {c.e.Reshape(FirstExtremeIndex(c.e, flat, 0, max), c.out().dims)};
   }
   int64_t dim = NormDim(c.int_arg(1), x.rank());
   if (x.rank() == 0) return {c.e.Full(0, c.out())};
-  Val idx = ArgReduce(c.e, x, dim, max).second;
-  return {c.e.Reshape(idx, c.out().dims)};
+  return {c.e.Reshape(FirstExtremeIndex(c.e, x, dim, max), c.out().dims)};
 }
 std::vector<Val> LowerArgmax(LowerCtx& c) { return LowerArgMaxMin(c, true); }
 std::vector<Val> LowerArgmin(LowerCtx& c) { return LowerArgMaxMin(c, false); }

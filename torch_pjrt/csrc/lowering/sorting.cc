@@ -172,22 +172,6 @@ std::vector<Val> MedianAll(LowerCtx& c, bool ignore_nan) {
 std::vector<Val> LowerMedian(LowerCtx& c) { return MedianAll(c, false); }
 std::vector<Val> LowerNanmedian(LowerCtx& c) { return MedianAll(c, true); }
 
-// Position (kept as size 1 along dim) of the largest `score`, the first one on ties.
-Val ArgMaxFirst(Emitter& e, const Val& score, int64_t dim) {
-  Val pos = e.Iota(TensorType{ElementType::kS64, score.dims()}, dim);
-  auto body = [](Emitter& b, const std::vector<Val>& a) -> std::vector<Val> {
-    const Val &as = a[0], &ap = a[1], &xs = a[2], &xp = a[3];
-    Val take = b.Binary("or", b.Compare("GT", xs, as),
-                        b.Binary("and", b.Compare("EQ", xs, as), b.Compare("LT", xp, ap)));
-    return {b.Select(take, xs, as), b.Select(take, xp, ap)};
-  };
-  std::vector<Val> r = e.ReduceVariadic(
-      {score, pos}, {e.Scalar(LowestValue(score.dtype()), score.dtype()),
-                     e.Scalar(HighestValue(ElementType::kS64), ElementType::kS64)},
-      {dim}, body);
-  return e.Reshape(r[1], KeptDims(score.dims(), dim));
-}
-
 // mode(self, dim=-1, keepdim=False) -> (values, indices): the most frequent value, the smallest
 // on ties, with the largest index where it occurs (torch's CPU kernel takes the last element of
 // the run of equal values after sorting). Each NaN counts as its own value.
@@ -215,7 +199,8 @@ std::vector<Val> LowerMode(LowerCtx& c) {
   Val start = AssociativeScan(e, {starts}, dim, maxf)[0];
   Val freq = e.Binary("add", e.Binary("subtract", pos, start), e.Full(1, pos.type));
   Val score = e.Select(run_end, freq, e.Full(0, pos.type));
-  return PickSorted(c, v, i, dim, ArgMaxFirst(e, score, dim));
+  Val best = e.Reshape(FirstExtremeIndex(e, score, dim, true), KeptDims(x.dims(), dim));  // the first on ties
+  return PickSorted(c, v, i, dim, best);
 }
 
 // ------------------------------------------------------------ search
