@@ -9,11 +9,13 @@ torch.accelerator.Graph: the step captured once after two lazy warm-up steps, th
     .venv/bin/python bench/models.py                  # writes bench/models_results.md and .json
     .venv/bin/python bench/models.py --only gpt2 resnet18 --skip-inductor --steps 8
 
-Each (model, mode, backend) runs in `--rounds` processes (default 2), the backends interleaved: the
-first with empty compile caches (pjrt's and inductor's), the others on the caches the first
-filled. Reported: steps/s (median over the steps after the first three, the best of the
-processes'), the first two steps' times (compiles) and peak RSS of the first process, the second's
-first step for pjrt, and for pjrt the executions per step after warm-up and the CPU fallbacks.
+Each (model, mode, backend) first runs in a process of its own with empty compile caches (pjrt's
+and inductor's), the backends one after another: the first two steps' times (compiles), peak RSS
+and, for pjrt, the executions per step after warm-up and the CPU fallbacks. Then `--rounds` - 1
+lock-step rounds (default 1) time the steady state: every backend's process runs on the caches
+its first filled (pjrt's first step there is the cached column), and they take turns running
+blocks of steps while the others wait on a pipe, so that the machine's slow stretches fall on
+all of them alike; steps/s is the median step of the blocks (the best round's).
 `inductor` is torch.compile on the CPU of the model for training (the optimizer runs eagerly) and
 of the whole inference step, like `pjrt-compiled`. Ratios are against CPU eager from the same
 run; machines differ, so compare ratios, not times, across runs.
@@ -52,8 +54,9 @@ def sync(device, value):
         value.cpu()  # one read back, as a loop that logs its loss does
 
 
-def measure(backend, name, mode, steps):
-    """Runs in the child process: one JSON line on stdout."""
+def prepare(backend, name, mode):
+    """Runs in a child process: the model's step as `backend` runs it (returning the value that
+    a loop reads), and its device."""
     import torch
 
     device = "pjrt" if backend.startswith("pjrt") else "cpu"
@@ -93,55 +96,178 @@ def measure(backend, name, mode, steps):
         from graph_replay import graph_replayer
 
         step = graph_replayer(run_step)
+    return step, device
+
+
+def timed_steps(step, device, n):
+    """Runs `n` steps, each reading its value; returns their times and pjrt's executions of each."""
+    import torch
 
     times, executions = [], []
-    for _ in range(steps):
-        before = torch.pjrt.metrics.counters() if device == "pjrt" else {}
+    for _ in range(n):
+        before = torch.pjrt.metrics.counter("Executions") if device == "pjrt" else 0
         t0 = time.perf_counter()
-        value = step()
-        value.item()
+        step().item()
         times.append(time.perf_counter() - t0)
         if device == "pjrt":
-            executions.append(torch.pjrt.metrics.counter("Executions") - before.get("Executions", 0))
+            executions.append(torch.pjrt.metrics.counter("Executions") - before)
+    return times, executions
+
+
+def process_totals(device):
+    """What a child reports at its end: its peak RSS and, for pjrt, its CPU fallbacks."""
+    import torch
+
+    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if device == "pjrt":
+        out["fallbacks"] = sum(torch.pjrt.metrics.fallbacks().values())
+    return out
+
+
+def measure(backend, name, mode, steps):
+    """Runs in the child process of a cold-cache run: one JSON line on stdout."""
+    step, device = prepare(backend, name, mode)
+    times, executions = timed_steps(step, device, steps)
     out = {"steps_per_s": 1 / statistics.median(times[3:]), "first_steps_s": times[:2], "third_step_s": times[2],
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+           **process_totals(device)}
     if device == "pjrt":
         out["executions_per_step"] = statistics.mean(executions[3:])
-        out["fallbacks"] = sum(torch.pjrt.metrics.fallbacks().values())
     print(json.dumps(out))
 
 
-def run_job(name, mode, backends, steps, rounds):
-    """Every backend of one (model, mode), each in `rounds` rounds of fresh processes: the first on
-    an empty compile cache, the later ones on the cache the first filled (for pjrt, the cached
-    first step). Steps/s is the best of the processes' medians: on this shared 2-core machine a
-    neighbour's burst can slow one process by half, and the rounds interleave the backends so that
-    one slow stretch does not fall on every run of one backend. Everything else is the first
-    process's (compiles on an empty cache, peak RSS)."""
+def serve(backend, name, mode):
+    """Runs in a child process of a lock-step round (_lockstep): warms up, reports, then runs the
+    blocks of steps the parent asks for ("run N" on stdin, one JSON line of step times back each)
+    until "done", answered with the executions per timed step and the process totals."""
+    step, device = prepare(backend, name, mode)
+    warmup, _ = timed_steps(step, device, WARMUP_STEPS)
+    print(json.dumps({"ready": True, "first_steps_s": warmup[:2], "step_s": warmup[-1]}), flush=True)
+    executions = []
+    for line in sys.stdin:
+        words = line.split()
+        if words[0] == "done":
+            break
+        times, counts = timed_steps(step, device, int(words[1]))
+        executions += counts
+        print(json.dumps({"times": times}), flush=True)
+    out = process_totals(device)
+    if device == "pjrt":
+        out["executions_per_step"] = statistics.mean(executions)
+    print(json.dumps(out), flush=True)
+
+
+def run_job(name, mode, backends, steps, rounds, blocks=10):
+    """Every backend of one (model, mode): first one process each, one after another, on empty
+    compile caches (compile times, peak RSS, executions per step), then `rounds - 1` lock-step
+    rounds on the caches those filled (_lockstep: for pjrt, the cached first step). Steps/s is the
+    best lock-step round's: there the backends' processes run blocks of steps in turn, so a slow
+    stretch of this shared machine (its speed moved by up to 2x between minutes) falls on all of
+    them alike. The cold processes' own rates stay in `cold_steps_per_s`."""
     with tempfile.TemporaryDirectory() as root:
         caches = {b: os.path.join(root, b) for b in backends}
         first = {b: _child(b, name, mode, steps, caches[b]) for b in backends}
+        live = [b for b in backends if "error" not in first[b]]
         for _ in range(rounds - 1):
-            for backend in backends:
-                if "error" not in first[backend]:
-                    merge_later_run(first[backend], _child(backend, name, mode, steps, caches[backend]), backend)
+            for backend, again in _lockstep(live, name, mode, caches, blocks).items():
+                merge_later_run(first[backend], again, backend)
     return first
 
 
 def merge_later_run(result, again, backend):
     if "steps_per_s" not in again:
         return
-    result.setdefault("steps_per_s_runs", [result["steps_per_s"]]).append(again["steps_per_s"])
-    result["steps_per_s"] = max(result["steps_per_s_runs"])
+    runs = result.setdefault("steps_per_s_runs", [])
+    if not runs:
+        result["cold_steps_per_s"] = result["steps_per_s"]
+    runs.append(again["steps_per_s"])
+    result["steps_per_s"] = max(runs)
     if backend.startswith("pjrt") and "cached_first_step_s" not in result:
         result["cached_first_step_s"] = again["first_steps_s"][0]
 
 
+WARMUP_STEPS = 4  # a lock-step child's steps before it reports ready (pjrt-graph captures on the third)
+BLOCK_SECONDS = 0.4  # how long each block of a lock-step round runs
+
+
+def _lockstep(backends, name, mode, caches, blocks):
+    """One lock-step round: a serving child per backend (serve), started one after another (each
+    warms up while the others wait, so the cached first step is timed alone), then `blocks`
+    blocks in which each child in turn runs ~BLOCK_SECONDS of steps while the others wait on
+    their stdin, the order reversed every other block. Returns each backend's steps/s (over the
+    median step of all its blocks), first steps and totals, or its error."""
+    children, out = {}, {}
+    try:
+        for backend in backends:
+            child = _ServingChild(backend, name, mode, caches[backend])
+            ready = child.reply()
+            if "error" in ready:
+                out[backend] = ready
+                child.close()
+                continue
+            children[backend] = child
+            per_block = max(2, min(50, round(BLOCK_SECONDS / max(ready["step_s"], 1e-4))))
+            out[backend] = {"first_steps_s": ready["first_steps_s"], "per_block": per_block, "times": []}
+        for b in range(blocks):
+            order = [c for c in children if "error" not in out[c]]
+            for backend in (order if b % 2 == 0 else order[::-1]):
+                reply = children[backend].ask(f"run {out[backend]['per_block']}")
+                if "error" in reply:
+                    out[backend] = reply
+                else:
+                    out[backend]["times"] += reply["times"]
+        for backend, child in children.items():
+            r = out[backend]
+            if "error" not in r:
+                r.update(child.ask("done"))
+                r["steps_per_s"] = 1 / statistics.median(r.pop("times"))
+    finally:
+        for child in children.values():
+            child.close()
+    return out
+
+
+class _ServingChild:
+    """A `--serve` child process and its JSON-lines protocol (serve)."""
+
+    def __init__(self, backend, name, mode, cache):
+        self.log = tempfile.TemporaryFile(mode="w+")
+        cmd = [sys.executable, __file__, "--child", backend, name, mode, "--serve"]
+        self.proc = subprocess.Popen(cmd, env=_child_env(cache), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True)
+
+    def ask(self, command):
+        try:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it exited: reply() reports why
+        return self.reply()
+
+    def reply(self):
+        """The child's next JSON line (other output skipped), or its error once it exited."""
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        self.proc.wait()
+        self.log.seek(0)
+        lines = self.log.read().strip().splitlines()
+        return {"error": lines[-1] if lines else f"exited with {self.proc.returncode}"}
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+def _child_env(cache):
+    return dict(os.environ, TORCH_PJRT_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache, TORCH_PJRT_FALLBACK_WARNINGS="0",
+                HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+
+
 def _child(backend, name, mode, steps, cache):
-    env = dict(os.environ, TORCH_PJRT_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache, TORCH_PJRT_FALLBACK_WARNINGS="0",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
     cmd = [sys.executable, __file__, "--child", backend, name, mode, "--steps", str(steps)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(cmd, env=_child_env(cache), capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -156,11 +282,13 @@ def table(results, args):
         "# Real-model benchmark",
         "",
         f"Produced by `.venv/bin/python bench/models.py` on {date.today()} ({platform.machine()}, "
-        f"{os.cpu_count()} cores), {args.steps} steps per run, each backend in {args.rounds} processes: the first "
-        "with an empty compile cache, the others on the cache the first filled (the second gives the cached column), "
-        "the backends' runs interleaved. Steps/s is the median over steps 4 and later, the best of the processes' (this "
-        "machine is shared: a neighbour's load can slow one process by half); compile times and peak RSS are the "
-        "first process's. `/ eager` is the ratio to CPU "
+        f"{os.cpu_count()} cores). Each backend first runs {args.steps} steps in a process of its own with an empty "
+        "compile cache (compile times, peak RSS, executions per step), the backends one after another; then, in "
+        f"{args.rounds - 1} lock-step round(s), every backend's process runs on the cache its first filled (the cached "
+        f"column), and the processes take turns: {args.blocks} blocks of ~{BLOCK_SECONDS} s of steps each, one process "
+        "running while the others wait, so that this shared machine's slow stretches (its speed moved by up to 2x "
+        "between minutes) fall on all backends alike. Steps/s is the median step of those blocks (the best round's). "
+        "`/ eager` is the ratio to CPU "
         "eager in this run; `inductor` is torch.compile(model) on the CPU (for inference, the whole step: "
         "the forward and the sum that is read). Training uses AdamW; "
         "inference is a no_grad forward. pjrt executions are per step after warm-up." + measured_dates(results),
@@ -275,10 +403,13 @@ def main():
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--only", nargs="*", help="model names (default: all)")
     parser.add_argument("--skip-inductor", action="store_true")
-    parser.add_argument("--rounds", type=int, default=2, help="processes per backend; steps/s is their best")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="1 cold-cache process per backend, then rounds - 1 lock-step rounds; steps/s is their best")
+    parser.add_argument("--blocks", type=int, default=10, help="blocks of steps per backend in a lock-step round")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        measure(*args.child, args.steps)
+        serve(*args.child) if args.serve else measure(*args.child, args.steps)
         return
     backends = [b for b in BACKENDS if not (args.skip_inductor and b == "inductor")]
     jobs = [(n, "train") for n in TRAIN] + [(n, "infer") for n in INFER]
@@ -286,7 +417,7 @@ def main():
     # --only re-measures the named models and keeps the other rows of the last full run.
     results = earlier_results() if args.only else {}
     for name, mode in jobs:
-        for backend, r in run_job(name, mode, backends, args.steps, args.rounds).items():
+        for backend, r in run_job(name, mode, backends, args.steps, args.rounds, args.blocks).items():
             results[(name, mode, backend)] = dict(r, measured=datetime.now().isoformat(sep=" ", timespec="minutes"))
             print(name, mode, backend, r, flush=True)
     (ROOT / "models_results.json").write_text(json.dumps(
