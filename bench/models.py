@@ -138,22 +138,17 @@ def measure(backend, name, mode, steps):
 def serve(backend, name, mode):
     """Runs in a child process of a lock-step round (_lockstep): warms up, reports, then runs the
     blocks of steps the parent asks for ("run N" on stdin, one JSON line of step times back each)
-    until "done", answered with the executions per timed step and the process totals."""
+    until "done", answered with the process totals. (Executions per step are the cold run's.)"""
     step, device = prepare(backend, name, mode)
     warmup, _ = timed_steps(step, device, WARMUP_STEPS)
     print(json.dumps({"ready": True, "first_steps_s": warmup[:2], "step_s": warmup[-1]}), flush=True)
-    executions = []
     for line in sys.stdin:
         words = line.split()
         if words[0] == "done":
             break
-        times, counts = timed_steps(step, device, int(words[1]))
-        executions += counts
+        times, _ = timed_steps(step, device, int(words[1]))
         print(json.dumps({"times": times}), flush=True)
-    out = process_totals(device)
-    if device == "pjrt":
-        out["executions_per_step"] = statistics.mean(executions)
-    print(json.dumps(out), flush=True)
+    print(json.dumps(process_totals(device)), flush=True)
 
 
 def run_job(name, mode, backends, steps, rounds, blocks=10):
