@@ -5,6 +5,8 @@
 #include "runtime/buffer.cc"
 #include "runtime/client.cc"
 #include "runtime/executable.cc"
+#include "runtime/launch_queue.cc"
+#include "runtime/serial_thread.cc"
 #include "runtime/ffi.cc"
 #include "runtime/plugin.cc"
 #include "runtime/worker_protocol.cc"

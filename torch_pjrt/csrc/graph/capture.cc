@@ -236,7 +236,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> SlotBuffers(const CapturedGraph& g
                                                           const std::vector<const void*>& scalar_bytes,
                                                           uint64_t seed, uint64_t offset) {
   if (g.draws.empty() && g.scalar_inputs.empty()) {
-    if (g.fixed_slots.empty()) g.fixed_slots = UploadValueScalars(g.compiled->executable->client(), g.device, g.slot_bytes, g.slot_count);
+    if (g.fixed_slots.empty()) g.fixed_slots = UploadValueScalars(g.compiled->client, g.device, g.slot_bytes, g.slot_count);
     return g.fixed_slots;
   }
   std::array<std::string, kNumElementTypes> bytes = g.slot_bytes;
@@ -250,7 +250,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> SlotBuffers(const CapturedGraph& g
     std::memcpy(&u64[8 * g.draws[d].seed_slot], &seed, 8);
     std::memcpy(&u64[8 * g.draws[d].offset_slot], &draw_offset, 8);
   }
-  return UploadValueScalars(g.compiled->executable->client(), g.device, bytes, g.slot_count);
+  return UploadValueScalars(g.compiled->client, g.device, bytes, g.slot_count);
 }
 
 }  // namespace

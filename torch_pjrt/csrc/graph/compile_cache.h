@@ -3,7 +3,9 @@
 // a truncated or corrupt entry is recompiled with a warning, never trusted.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <future>
 #include <functional>
 #include <list>
 #include <memory>
@@ -17,7 +19,13 @@
 namespace torch_pjrt::graph {
 
 struct CompiledGraph {
-  std::shared_ptr<runtime::Executable> executable;
+  // Null while `compiling` (a training step's first launches compile on a thread of their own,
+  // docs/design.md "Compiling while the step goes on"); ReadyExecutable() fetches it from there.
+  mutable std::shared_ptr<runtime::Executable> executable;
+  std::shared_future<std::shared_ptr<runtime::Executable>> compiling;
+  // The client the program runs on (known before it is compiled) and its results' types.
+  std::shared_ptr<runtime::Client> client;
+  std::vector<runtime::Executable::OutputType> output_types;
   // Argument types the program expects, checked before every execution (PJRT does not).
   std::vector<lowering::TensorType> arg_types;
   // Op sequence of the graph, kept only while compile logging is on (to explain later misses).
@@ -30,6 +38,22 @@ struct CompiledGraph {
   bool calls_host_kernels = false;
   // The executable is loaded on the small programs' client (runtime::ClientForProgram).
   bool small_program = false;
+  // Compiled ahead of its launch (executor.cc's CompileAhead) and not looked up since.
+  bool compiled_ahead = false;
+
+  // The executable, or null while it is still compiling. Rethrows a failed compile's error.
+  const std::shared_ptr<runtime::Executable>& ReadyExecutable() const {
+    if (!executable && compiling.valid() &&
+        compiling.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      executable = compiling.get();
+    }
+    return executable;
+  }
+  // The executable, waiting for its compile.
+  const std::shared_ptr<runtime::Executable>& Executable() const {
+    if (!executable && compiling.valid()) executable = compiling.get();
+    return executable;
+  }
 };
 
 class CompileCache {

@@ -7,6 +7,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
+#include <future>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +25,7 @@
 #include "graph/metrics.h"
 #include "graph/pool_through.h"
 #include "lowering/lowering.h"
+#include "runtime/launch_queue.h"
 #include "runtime/openmp.h"
 #include "runtime/runtime.h"
 
@@ -392,10 +396,29 @@ std::string PluginFingerprint() {
   return fp;
 }
 
-std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compiled,
-                                                     std::vector<std::shared_ptr<runtime::Buffer>> arguments,
-                                                     int device, LaunchDonations d) {
-  const std::shared_ptr<runtime::Client>& client = compiled.executable->client();
+namespace {
+
+std::atomic<bool> g_background_compiles{[] {
+  const char* env = std::getenv("TORCH_PJRT_BACKGROUND_COMPILES");
+  return env == nullptr || std::string(env) != "0";
+}()};
+
+// Whether the launch waits for its program's compile on the launch thread: the program is still
+// compiling and the launch donates no argument of another client (that becomes a view here, once
+// nothing reads it).
+bool QueueBehindCompile(const CompiledGraph& compiled, const LaunchDonations& d) {
+  if (compiled.ReadyExecutable()) return false;
+  return std::none_of(d.donated.begin(), d.donated.end(),
+                      [&](const runtime::Buffer* b) { return b->client() != compiled.client; });
+}
+
+// Launches on this thread. An argument of another client is passed as a view of its memory,
+// made here (waiting for its contents); one that `d` donates and nothing still reads becomes a
+// view that is donated instead.
+std::vector<std::shared_ptr<runtime::Buffer>> LaunchHere(const CompiledGraph& compiled,
+                                                         std::vector<std::shared_ptr<runtime::Buffer>> arguments,
+                                                         int device, LaunchDonations& d) {
+  const std::shared_ptr<runtime::Client>& client = compiled.client;
   std::vector<PJRT_Buffer*> args;
   args.reserve(arguments.size());
   for (size_t i = 0; i < arguments.size(); ++i) {
@@ -418,11 +441,27 @@ std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compil
       d.kept.push_back(static_cast<int64_t>(i));
     }
   }
+  if (compiled.calls_host_kernels) runtime::ReleaseCallerOpenMPTeam();
+  return compiled.Executable()->Execute(args, device, d.donated, std::move(arguments), d.kept);
+}
+
+}  // namespace
+
+bool BackgroundCompiles() { return g_background_compiles.load(std::memory_order_relaxed); }
+void SetBackgroundCompiles(bool on) { g_background_compiles.store(on, std::memory_order_relaxed); }
+
+std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compiled,
+                                                     std::vector<std::shared_ptr<runtime::Buffer>> arguments,
+                                                     int device, LaunchDonations d) {
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
-    if (compiled.calls_host_kernels) runtime::ReleaseCallerOpenMPTeam();
-    results = compiled.executable->Execute(args, device, d.donated, std::move(arguments), d.kept);
+    if (QueueBehindCompile(compiled, d)) {
+      results = runtime::Executable::ExecuteQueued(compiled.compiling, compiled.client, compiled.output_types,
+                                                   std::move(arguments), device, d.donated, d.kept);
+    } else {
+      results = LaunchHere(compiled, std::move(arguments), device, d);
+    }
   }
   Metrics::Increment(Counter::kExecutions);
   if (compiled.small_program) Metrics::Increment(Counter::kSmallProgramExecutions);
@@ -478,11 +517,15 @@ PendingGraph CollectTargets(const DeviceTrace& trace) {
 // autograd's AccumulateGrad makes where one gradient tensor reaches two parameters) take that
 // buffer instead of a program that copies it: PJRT buffers are immutable, and a buffer two
 // storages hold is never donated (the launch donates only buffers nothing else holds).
+bool SharesParamBuffer(const Value& v) {
+  return v.node->kind == NodeKind::kParam && v.node->buffer != nullptr && HasType(*v.node->buffer, v.type());
+}
+
 void ShareParamBuffers(PendingGraph* g) {
   size_t kept = 0;
   for (size_t i = 0; i < g->targets.size(); ++i) {
     const Value& v = g->outputs[i];
-    if (v.node->kind == NodeKind::kParam && v.node->buffer != nullptr && HasType(*v.node->buffer, v.type())) {
+    if (SharesParamBuffer(v)) {
       g->targets[i]->SetBuffer(v.node->buffer);
       continue;
     }
@@ -581,53 +624,112 @@ bool LaunchedByTrainingStep(SyncCause cause) {
          cause == SyncCause::kOptimizerStep;
 }
 
-// Lowers and compiles (or loads from disk) the graph of a memory-cache miss.
-std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause cause,
-                                            const DeviceTrace& trace, const PendingGraph& pending) {
-  CompileCache& cache = CompileCache::Get();
-  auto t0 = std::chrono::steady_clock::now();
-  LoweredGraph g;
+// A memory-cache miss, lowered: its program and what its launches need to know.
+struct PreparedGraph {
+  std::shared_ptr<CompiledGraph> compiled;
+  LoweredGraph lowered;
+  std::string fingerprint;  // of the disk cache entry
+  bool replicated = false;  // bound to this job's devices: never shared through the disk cache
+};
+
+PreparedGraph PrepareGraph(uint64_t key, SyncCause cause, const DeviceTrace& trace, const PendingGraph& pending) {
+  PreparedGraph p;
   {
     ScopedTimer timer(Timer::kLowering);
-    g = LowerTrace(trace, pending.outputs, pending.donations, Debug().log_compiles);
+    p.lowered = LowerTrace(trace, pending.outputs, pending.donations, Debug().log_compiles);
     Metrics::Increment(Counter::kGraphsLowered);
   }
+  const LoweredGraph& g = p.lowered;
   WriteDump(key, g.text);
-  // A replicated program is bound to this job's devices: never shared through the disk cache.
-  const bool replicated = !g.replica_devices.empty();
-  auto client = runtime::ClientForProgram({g.work, g.ops, LaunchedByTrainingStep(cause), replicated});
+  p.replicated = !g.replica_devices.empty();
   auto compiled = std::make_shared<CompiledGraph>();
+  compiled->client = runtime::ClientForProgram({g.work, g.ops, LaunchedByTrainingStep(cause), p.replicated});
   compiled->arg_types = g.arg_types;
+  for (const Value& v : pending.outputs) {  // every result is a storage's array (LowerTrace)
+    const TensorType t = StorageArrayType(v.type());
+    compiled->output_types.push_back({t.dtype, std::vector<int64_t>(t.dims.begin(), t.dims.end())});
+  }
   compiled->summary = g.summary;
   compiled->calls_host_kernels = trace.host_kernel_nodes > 0 && Target().host_kernels;
-  compiled->small_program = client != runtime::GetClient();
+  compiled->small_program = compiled->client != runtime::GetClient();
   // An executable is made for the pool of the client that compiled it (runtime/compile_worker.h).
-  const std::string fingerprint = PluginFingerprint() + (compiled->small_program ? ";client=small" : "");
+  p.fingerprint = PluginFingerprint() + (compiled->small_program ? ";client=small" : "");
   if (pending.has_checks) {
     std::vector<Value> targets(pending.outputs.begin(), pending.outputs.end() - 1);
     compiled->check_dependents = CheckDependents(trace.checks, targets);
   }
-  if (!replicated) compiled->executable = cache.LoadFromDisk(key, fingerprint, client);
-  bool from_disk = static_cast<bool>(compiled->executable);
-  if (from_disk) {
+  p.compiled = std::move(compiled);
+  return p;
+}
+
+// Loads `p`'s executable from the disk cache or compiles it (in the compile worker where there is
+// one). Runs on the tracing thread or on a compile's own thread (StartBackgroundCompile).
+std::shared_ptr<runtime::Executable> LoadOrCompile(uint64_t key, const PreparedGraph& p, bool* from_disk) {
+  CompileCache& cache = CompileCache::Get();
+  const std::shared_ptr<runtime::Client>& client = p.compiled->client;
+  std::shared_ptr<runtime::Executable> executable;
+  if (!p.replicated) executable = cache.LoadFromDisk(key, p.fingerprint, client);
+  *from_disk = static_cast<bool>(executable);
+  if (*from_disk) {
     Metrics::Increment(Counter::kCacheHitsDisk);
   } else {
     ScopedTimer timer(Timer::kCompile);
     std::string serialized;  // the worker's bytes, when it compiled
-    compiled->executable = runtime::CompileProgram(
-        client, g.text, std::vector<int64_t>(g.replica_devices.begin(), g.replica_devices.end()), &serialized);
+    const Dims& replicas = p.lowered.replica_devices;
+    executable = runtime::CompileProgram(client, p.lowered.text, std::vector<int64_t>(replicas.begin(), replicas.end()),
+                                         &serialized);
     Metrics::Increment(Counter::kGraphsCompiled);
     if (!serialized.empty()) Metrics::Increment(Counter::kCompilesInWorker);
-    if (!replicated) cache.StoreToDisk(key, fingerprint, *compiled->executable, std::move(serialized));
+    if (!p.replicated) cache.StoreToDisk(key, p.fingerprint, *executable, std::move(serialized));
   }
-  if (Debug().log_compiles) ExplainCompile(key, device, cause, g, pending.outputs.size(), MsSince(t0), from_disk);
   // The lowering's MLIR, the loaded executable's scratch and (when it ran here) the compiler's
   // garbage are free now, before the first execution allocates its results.
   ReleaseFreedHeap();
-  if (compiled->executable->num_outputs() != pending.outputs.size()) {
-    throw std::logic_error("pjrt: compiled graph has " + std::to_string(compiled->executable->num_outputs()) +
-                           " outputs, expected " + std::to_string(pending.outputs.size()));
+  if (executable->num_outputs() != p.compiled->output_types.size()) {
+    throw std::logic_error("pjrt: compiled graph has " + std::to_string(executable->num_outputs()) +
+                           " outputs, expected " + std::to_string(p.compiled->output_types.size()));
   }
+  return executable;
+}
+
+// Whether a miss compiles on a thread of its own while the host goes on tracing: a lazy training
+// step's launches (the next one's program compiles meanwhile, in a second compile worker), unless
+// compiles are being explained (the explanation reads the cache as the compile ends), the program
+// is replicated, or it calls host kernels (their launch frees the launching thread's OpenMP team).
+bool CompilesInBackground(SyncCause cause, const PreparedGraph& p) {
+  return g_background_compiles.load(std::memory_order_relaxed) && LaunchedByTrainingStep(cause) &&
+         !Debug().log_compiles && !p.replicated && !p.compiled->calls_host_kernels;
+}
+
+// Compiles `p` on a thread of its own: its launches wait for it on the launch thread
+// (runtime::Executable::ExecuteQueued), or on this one once it is done (CompiledGraph::Executable).
+void StartBackgroundCompile(uint64_t key, PreparedGraph p) {
+  auto promise = std::make_shared<std::promise<std::shared_ptr<runtime::Executable>>>();
+  p.compiled->compiling = promise->get_future().share();
+  std::thread([key, p = std::move(p), promise] {
+    try {
+      bool from_disk = false;
+      promise->set_value(LoadOrCompile(key, p, &from_disk));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  }).detach();
+}
+
+// Lowers and compiles (or loads from disk) the graph of a memory-cache miss; a training step's
+// launches leave the compile running (CompilesInBackground).
+std::shared_ptr<CompiledGraph> CompileGraph(uint64_t key, int device, SyncCause cause, const DeviceTrace& trace,
+                                            const PendingGraph& pending, bool capturing) {
+  auto t0 = std::chrono::steady_clock::now();
+  PreparedGraph p = PrepareGraph(key, cause, trace, pending);
+  std::shared_ptr<CompiledGraph> compiled = p.compiled;
+  if (!capturing && CompilesInBackground(cause, p)) {
+    StartBackgroundCompile(key, std::move(p));
+    return compiled;
+  }
+  bool from_disk = false;
+  compiled->executable = LoadOrCompile(key, p, &from_disk);
+  if (Debug().log_compiles) ExplainCompile(key, device, cause, p.lowered, pending.outputs.size(), MsSince(t0), from_disk);
   return compiled;
 }
 
@@ -638,7 +740,7 @@ std::vector<std::shared_ptr<runtime::Buffer>> Arguments(int device, const Device
   std::vector<std::shared_ptr<runtime::Buffer>> args;
   args.reserve(compiled.arg_types.size());
   for (const NodeRef& p : trace.params) args.push_back(p->buffer);
-  for (auto& b : UploadValueScalars(compiled.executable->client(), device, trace.slot_bytes, trace.slot_count)) {
+  for (auto& b : UploadValueScalars(compiled.client, device, trace.slot_bytes, trace.slot_count)) {
     args.push_back(std::move(b));
   }
   if (args.size() != compiled.arg_types.size()) {
@@ -686,6 +788,50 @@ void Describe(const DeviceTrace& trace, const PendingGraph& g, std::shared_ptr<C
   for (const IndexCheck& c : trace.checks) record->check_errors.push_back(c.error);
 }
 
+// The cached graph computing `g`, or a new one compiled for it (and cached).
+std::shared_ptr<CompiledGraph> FindOrCompile(int device, SyncCause cause, const DeviceTrace& trace,
+                                             const PendingGraph& g, bool capturing, bool count_hit = true) {
+  uint64_t key = GraphKey(trace, g);
+  CompileCache& cache = CompileCache::Get();
+  std::shared_ptr<CompiledGraph> compiled = cache.Find(key);
+  if (compiled) {
+    // A graph CompileAhead started counts as the miss it replaced, so the counters do not depend
+    // on whether it ran.
+    if (count_hit && !compiled->compiled_ahead) Metrics::Increment(Counter::kCacheHitsMemory);
+    if (count_hit) compiled->compiled_ahead = false;
+    return compiled;
+  }
+  compiled = CompileGraph(key, device, cause, trace, g, capturing);
+  compiled->compiled_ahead = !count_hit;
+  cache.Insert(key, compiled);
+  return compiled;
+}
+
+// Starts compiling the graph a training step's launch is about to run before that launch waits
+// for earlier launches' index checks (SyncDevice), where an earlier launch still waits for its
+// program: in a step's first run the updates' launch waits there for the forward's program, which
+// is still compiling, and its own compile would otherwise start only after that. The graph is the one RunGraph will find: the targets
+// ShareParamBuffers keeps, the packed checks, the donations. Where waiting for the checks changes
+// it (a failed check drops the targets it poisoned), RunGraph compiles its own.
+void CompileAhead(int device, SyncCause cause) {
+  if (!g_background_compiles.load(std::memory_order_relaxed) || !runtime::LaunchesPending()) return;
+  const DeviceTrace& trace = Trace(device);
+  PendingGraph g = CollectTargets(trace);
+  PendingGraph kept;
+  for (size_t i = 0; i < g.targets.size(); ++i) {
+    if (SharesParamBuffer(g.outputs[i])) continue;  // as ShareParamBuffers, without giving them the buffers
+    kept.targets.push_back(g.targets[i]);
+    kept.outputs.push_back(g.outputs[i]);
+  }
+  if (kept.outputs.empty()) return;
+  if (!trace.checks.empty()) {
+    kept.outputs.push_back(PackIndexChecks(device, trace.checks));
+    kept.has_checks = true;
+  }
+  kept.donations = Donations(trace, kept);
+  FindOrCompile(device, cause, trace, kept, /*capturing=*/false, /*count_hit=*/false);
+}
+
 // Compiles (or finds) and launches the graph computing `g`. A graph of the whole trace also
 // packs the trace's index checks and donates overwritten buffers; one computing a single value
 // ahead of the trace (SyncValue) does neither: the trace still reads those buffers.
@@ -696,15 +842,7 @@ void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGrap
     g.has_checks = true;
   }
   if (whole_trace) g.donations = record == nullptr ? Donations(trace, g) : CaptureAliases(trace, g, *record);
-  uint64_t key = GraphKey(trace, g);
-  CompileCache& cache = CompileCache::Get();
-  std::shared_ptr<CompiledGraph> compiled = cache.Find(key);
-  if (compiled) {
-    Metrics::Increment(Counter::kCacheHitsMemory);
-  } else {
-    compiled = CompileGraph(key, device, cause, trace, g);
-    cache.Insert(key, compiled);
-  }
+  std::shared_ptr<CompiledGraph> compiled = FindOrCompile(device, cause, trace, g, record != nullptr);
   // The parameter node holds each buffer (its storage holds the pending new value); a capture's
   // input may also be held elsewhere. Asked before the arguments below hold them too.
   LaunchDonations d;
@@ -821,6 +959,9 @@ void SyncDevice(int device, SyncCause cause, LaunchRecord* record) {
   bool inherits = LaunchedByTrainingStep(cause) || cause == SyncCause::kPipelined;
   if (inherits) SettleFinishedIndexChecks(device);
   bool wait_for_checks = cause != SyncCause::kCompiledCall && (!inherits || PendingIndexCheckLaunches(device) > 1);
+  if (inherits && wait_for_checks && record == nullptr && !CapturingDeviceGraph(device)) {
+    CompileAhead(device, cause);
+  }
   SyncSettledDevice(device, cause, record, wait_for_checks ? ResolveIndexChecks(device) : nullptr, wait_for_checks);
 }
 

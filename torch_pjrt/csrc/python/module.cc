@@ -18,6 +18,7 @@
 #include "lowering/lowering.h"
 #include "runtime/executable.h"
 #include "runtime/host_heap.h"
+#include "runtime/launch_queue.h"
 #include "runtime/runtime.h"
 
 namespace py = pybind11;
@@ -234,15 +235,27 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release no_gil;
     graph::LaunchBeforeOptimizerStep(CheckedDevice(device));
   });
-  m.def("_counters", [] { return graph::Metrics::Counters(); });
-  m.def("_timers", [] {
+  // Metrics count what happened: compiles still running on their own threads first finish.
+  auto await_compiles = [] {
+    py::gil_scoped_release no_gil;
+    runtime::DrainLaunches();
+  };
+  m.def("_counters", [=] {
+    await_compiles();
+    return graph::Metrics::Counters();
+  });
+  m.def("_timers", [=] {
+    await_compiles();
     py::dict d;
     for (const auto& [name, t] : graph::Metrics::Timers()) {
       d[py::str(name)] = py::make_tuple(t.count, t.total_ns, t.max_ns);
     }
     return d;
   });
-  m.def("_reset_metrics", [] { graph::Metrics::Reset(); });
+  m.def("_reset_metrics", [=] {
+    await_compiles();
+    graph::Metrics::Reset();
+  });
   // A named counter kept by the Python layer (torch_pjrt/dynamo.py's "Dynamo::" counters).
   m.def("_increment_counter", [](const std::string& name, int64_t by) { graph::Metrics::IncrementNamed(name, by); });
   m.def("_manual_seed", [](int64_t device, uint64_t seed) { GeneratorOf(device)->set_current_seed(seed); });
@@ -344,6 +357,8 @@ PYBIND11_MODULE(_C, m) {
     graph::GraphLock lock;
     graph::SetBackwardLaunch(on);
   });
+  m.def("_background_compiles", &graph::BackgroundCompiles);
+  m.def("_set_background_compiles", &graph::SetBackgroundCompiles);
   m.def("_live_nodes", &graph::LiveNodeCount);
   m.def("_live_storages", &graph::LazyStorage::LiveCount);
   m.def("_missing_lowerings", [] { return MissingLowerings(); });
@@ -386,6 +401,7 @@ PYBIND11_MODULE(_C, m) {
     py::dict d;
     d["pid"] = status.pid;
     d["started"] = status.started;
+    d["workers"] = status.workers;
     return d;
   });
   BindCapture(m);

@@ -135,10 +135,10 @@ Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device, 
   const Plugin& plugin = client_->plugin();
   try {
     auto type = PJRT_ARGS(PJRT_Buffer_ElementType);
-    type.buffer = buffer_;
+    type.buffer = buffer;
     PJRT_CALL(plugin, PJRT_Buffer_ElementType, &type);
     auto dims = PJRT_ARGS(PJRT_Buffer_Dimensions);
-    dims.buffer = buffer_;
+    dims.buffer = buffer;
     PJRT_CALL(plugin, PJRT_Buffer_Dimensions, &dims);
     type_ = FromPjrtType(type.type);
     dims_.assign(dims.dims, dims.dims + dims.num_dims);
@@ -152,6 +152,78 @@ Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device, 
   if (counted_) AddLiveBytes(device_, static_cast<int64_t>(nbytes_));
 }
 
+Buffer::Buffer(std::shared_ptr<Client> client, std::shared_ptr<PendingOutputs> pending, size_t index,
+               ElementType type, std::vector<int64_t> dims, int device)
+    : client_(std::move(client)), pending_(std::move(pending)), pending_index_(index), type_(type),
+      dims_(std::move(dims)), device_(device) {
+  size_t n = ItemSize(type_);
+  for (int64_t d : dims_) n *= static_cast<size_t>(d);
+  nbytes_ = n;
+  AddLiveBytes(device_, static_cast<int64_t>(nbytes_));
+}
+
+PJRT_Buffer* Buffer::AwaitHandle() const {
+  PJRT_Buffer* b = pending_->Wait(pending_index_);
+  buffer_.store(b, std::memory_order_release);
+  return b;
+}
+
+void PendingOutputs::Fill(const std::vector<PJRT_Buffer*>& handles) {
+  std::vector<PJRT_Buffer*> orphans;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < handles_.size(); ++i) {
+      PJRT_Buffer* h = i < handles.size() ? handles[i] : nullptr;
+      if (orphaned_[i]) {
+        orphans.push_back(h);
+      } else {
+        handles_[i] = h;
+      }
+    }
+    done_ = true;
+  }
+  done_cv_.notify_all();
+  for (PJRT_Buffer* h : orphans) {
+    if (h == nullptr) continue;
+    auto destroy = PJRT_ARGS(PJRT_Buffer_Destroy);
+    destroy.buffer = h;
+    PJRT_Error* error = plugin_.api()->PJRT_Buffer_Destroy(&destroy);
+    if (error) plugin_.TakeMessage(error);
+  }
+}
+
+void PendingOutputs::Fail(const std::string& error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = error.empty() ? "the launch failed" : error;
+    done_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+PJRT_Buffer* PendingOutputs::Wait(size_t i) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [&] { return done_; });
+  if (!error_.empty()) throw PjrtError(error_);
+  return handles_[i];
+}
+
+bool PendingOutputs::Done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+PJRT_Buffer* PendingOutputs::Release(size_t i) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_) {
+    orphaned_[i] = true;
+    return nullptr;
+  }
+  PJRT_Buffer* h = handles_[i];
+  handles_[i] = nullptr;
+  return h;
+}
+
 void Buffer::MarkDonated() {
   if (!donated_ && counted_) AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));  // its memory is the output's now
   donated_ = true;
@@ -160,8 +232,10 @@ void Buffer::MarkDonated() {
 Buffer::~Buffer() {
   view_.reset();  // the view's memory is ours: it goes first
   if (!donated_ && counted_) AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));
+  PJRT_Buffer* handle = pending_ ? pending_->Release(pending_index_) : buffer_.load();
+  if (handle == nullptr) return;  // a queued launch's output: it destroys it, or there is none
   auto destroy = PJRT_ARGS(PJRT_Buffer_Destroy);
-  destroy.buffer = buffer_;
+  destroy.buffer = handle;
   PJRT_Error* error = client_->plugin().api()->PJRT_Buffer_Destroy(&destroy);
   if (error) client_->plugin().TakeMessage(error);
 }
@@ -194,9 +268,9 @@ const void* Buffer::DirectAddress() const {
   std::call_once(direct_once_, [&] {
     if (!client_->host_memory() || type_ == ElementType::kInvalid || nbytes_ == 0) return;
     const Plugin& plugin = client_->plugin();
-    if (plugin.api()->PJRT_Buffer_UnsafePointer == nullptr || !DenseRowMajor(plugin, buffer_, dims_.size())) return;
+    if (plugin.api()->PJRT_Buffer_UnsafePointer == nullptr || !DenseRowMajor(plugin, raw(), dims_.size())) return;
     auto args = PJRT_ARGS(PJRT_Buffer_UnsafePointer);
-    args.buffer = buffer_;
+    args.buffer = raw();
     PJRT_Error* error = plugin.api()->PJRT_Buffer_UnsafePointer(&args);
     if (error != nullptr) {
       plugin.TakeMessage(error);
@@ -217,7 +291,7 @@ bool Buffer::ToHost(void* dst, size_t dst_size) const {
     return true;
   }
   auto args = PJRT_ARGS(PJRT_Buffer_ToHostBuffer);
-  args.src = buffer_;
+  args.src = raw();
   args.dst = dst;
   args.dst_size = dst_size;
   PJRT_CALL(plugin, PJRT_Buffer_ToHostBuffer, &args);
@@ -228,7 +302,7 @@ bool Buffer::ToHost(void* dst, size_t dst_size) const {
 std::shared_ptr<Buffer> Buffer::CopyToDevice(int device) const {
   const Plugin& plugin = client_->plugin();
   auto args = PJRT_ARGS(PJRT_Buffer_CopyToDevice);
-  args.buffer = buffer_;
+  args.buffer = raw();
   args.dst_device = client_->device(device);
   PJRT_CALL(plugin, PJRT_Buffer_CopyToDevice, &args);
   return std::make_shared<Buffer>(client_, args.dst_buffer, device);
@@ -257,7 +331,7 @@ std::shared_ptr<Buffer> Buffer::ViewOn(const std::shared_ptr<Client>& client, vo
 }
 
 PJRT_Buffer* Buffer::RawFor(const std::shared_ptr<Client>& client) const {
-  if (client == client_) return buffer_;
+  if (client == client_) return raw();
   std::call_once(view_once_, [&] {
     if (nbytes_ == 0 && type_ != ElementType::kInvalid) {  // no memory to view: an empty array there
       static const char kNothing = 0;
@@ -268,7 +342,7 @@ PJRT_Buffer* Buffer::RawFor(const std::shared_ptr<Client>& client) const {
     view_ = ViewOn(client, [](void*, void*) {}, nullptr);
   });
   if (view_->client_ != client) throw std::logic_error("pjrt: a buffer read by programs of three clients");
-  return view_->buffer_;
+  return view_->raw();
 }
 
 std::shared_ptr<Buffer> Buffer::DonatableView(const std::shared_ptr<Buffer>& owner,
@@ -285,7 +359,7 @@ std::shared_ptr<Buffer> Buffer::DonatableView(const std::shared_ptr<Buffer>& own
 
 PJRT_Event* Buffer::ReadyEvent() const {
   auto args = PJRT_ARGS(PJRT_Buffer_ReadyEvent);
-  args.buffer = buffer_;
+  args.buffer = raw();
   PJRT_CALL(client_->plugin(), PJRT_Buffer_ReadyEvent, &args);
   return args.event;
 }
@@ -297,6 +371,14 @@ void Buffer::AwaitReady() const {
 
 bool Buffer::Ready() const {
   if (donated_) return true;
+  if (pending_ && buffer_.load(std::memory_order_acquire) == nullptr) {
+    if (!pending_->Done()) return false;
+    try {
+      raw();
+    } catch (const std::exception&) {
+      return true;  // the launch failed: ready, and its reader reports the error
+    }
+  }
   const Plugin& plugin = client_->plugin();
   PJRT_Event* event = ReadyEvent();
   bool ready = true;

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "common/dtype.h"
@@ -15,6 +17,31 @@ namespace torch_pjrt::runtime {
 
 PJRT_Buffer_Type ToPjrtType(ElementType t);
 ElementType FromPjrtType(PJRT_Buffer_Type t);
+
+// The outputs of a launch queued for the launch thread (Executable::ExecuteQueued): their PJRT
+// handles exist once that thread has launched the program.
+class PendingOutputs {
+ public:
+  PendingOutputs(const Plugin& plugin, size_t n) : plugin_(plugin), handles_(n, nullptr), orphaned_(n, false) {}
+  // The launch thread: the program was launched with these outputs, or failed with `error`.
+  void Fill(const std::vector<PJRT_Buffer*>& handles);
+  void Fail(const std::string& error);
+  // Waits for Fill or Fail: output `i`'s handle, or throws the launch's error as a PjrtError.
+  PJRT_Buffer* Wait(size_t i);
+  bool Done() const;
+  // Output `i`'s Buffer died: returns its handle to destroy, or null where there is none yet (Fill
+  // destroys it) or the launch failed.
+  PJRT_Buffer* Release(size_t i);
+
+ private:
+  const Plugin& plugin_;
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::string error_;
+  std::vector<PJRT_Buffer*> handles_;
+  std::vector<bool> orphaned_;
+};
 
 class Buffer {
  public:
@@ -33,6 +60,10 @@ class Buffer {
   // Takes ownership of `buffer` (an execution output or a copy). `counted`: in LiveBytes (a view
   // of another Buffer's memory is not: its memory is counted as its owner's).
   Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device, bool counted = true);
+  // Output `index` of a queued launch, of the type the executable declares: its handle is waited
+  // for by whatever needs it (raw(), reads); until then Ready() is false.
+  Buffer(std::shared_ptr<Client> client, std::shared_ptr<PendingOutputs> pending, size_t index, ElementType type,
+         std::vector<int64_t> dims, int device);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -56,7 +87,11 @@ class Buffer {
   void Poison(DeferredErrorPtr error) { poison_ = std::move(error); }
   const DeferredErrorPtr& poison() const { return poison_; }
 
-  PJRT_Buffer* raw() const { return buffer_; }
+  // Waits for a queued launch to create the handle; throws its error where it failed.
+  PJRT_Buffer* raw() const {
+    PJRT_Buffer* b = buffer_.load(std::memory_order_acquire);
+    return b != nullptr || !pending_ ? b : AwaitHandle();
+  }
   // This buffer as an argument of a program on `client`: raw() on its own client; on another
   // client of the same host-memory plugin (runtime.h's small programs' client), a view of the same
   // memory, made once (the first call waits until the contents are computed: the other client
@@ -97,9 +132,13 @@ class Buffer {
   std::shared_ptr<Buffer> ViewOn(const std::shared_ptr<Client>& client, void (*on_delete)(void*, void*),
                                  void* arg) const;
   PJRT_Event* ReadyEvent() const;  // the caller destroys it
+  PJRT_Buffer* AwaitHandle() const;
 
   std::shared_ptr<Client> client_;
-  PJRT_Buffer* buffer_;
+  // Null until a queued launch made it (pending_); set once, by whichever thread waits first.
+  mutable std::atomic<PJRT_Buffer*> buffer_{nullptr};
+  std::shared_ptr<PendingOutputs> pending_;
+  size_t pending_index_ = 0;
   ElementType type_ = ElementType::kInvalid;
   std::vector<int64_t> dims_;
   int device_;

@@ -1,15 +1,45 @@
 #include "runtime/executable.h"
 
+#include "runtime/launch_queue.h"
+#include "runtime/serial_thread.h"
+
+#include <algorithm>
 #include <deque>
 #include <map>
-#include <condition_variable>
 #include <mutex>
-#include <thread>
-
-#include <pthread.h>
-#include <unistd.h>
 
 namespace torch_pjrt::runtime {
+
+// The argument buffers a running execution reads, each counted in Buffer::inflight_reads until
+// the execution is retired. Move-only: a copy would count its buffers twice.
+class ReadArguments {
+ public:
+  explicit ReadArguments(std::vector<std::shared_ptr<Buffer>> buffers) : buffers_(std::move(buffers)) {
+    for (const auto& b : buffers_) {
+      if (b) b->AddInflightRead();
+    }
+  }
+  ReadArguments(ReadArguments&& other) noexcept : buffers_(std::move(other.buffers_)) { other.buffers_.clear(); }
+  ReadArguments& operator=(ReadArguments&& other) noexcept {
+    Release();
+    buffers_ = std::move(other.buffers_);
+    other.buffers_.clear();
+    return *this;
+  }
+  ReadArguments(const ReadArguments&) = delete;
+  ReadArguments& operator=(const ReadArguments&) = delete;
+  ~ReadArguments() { Release(); }
+  const std::vector<std::shared_ptr<Buffer>>& buffers() const { return buffers_; }
+
+ private:
+  void Release() {
+    for (const auto& b : buffers_) {
+      if (b) b->DropInflightRead();
+    }
+    buffers_.clear();
+  }
+  std::vector<std::shared_ptr<Buffer>> buffers_;
+};
 
 namespace {
 
@@ -49,36 +79,6 @@ std::string StripVersionTrailer(std::string message) {
   return message;
 }
 
-// The argument buffers a running execution reads, each counted in Buffer::inflight_reads until
-// the execution is retired. Move-only: a copy would count its buffers twice.
-class ReadArguments {
- public:
-  explicit ReadArguments(std::vector<std::shared_ptr<Buffer>> buffers) : buffers_(std::move(buffers)) {
-    for (const auto& b : buffers_) {
-      if (b) b->AddInflightRead();
-    }
-  }
-  ReadArguments(ReadArguments&& other) noexcept : buffers_(std::move(other.buffers_)) { other.buffers_.clear(); }
-  ReadArguments& operator=(ReadArguments&& other) noexcept {
-    Release();
-    buffers_ = std::move(other.buffers_);
-    other.buffers_.clear();
-    return *this;
-  }
-  ReadArguments(const ReadArguments&) = delete;
-  ReadArguments& operator=(const ReadArguments&) = delete;
-  ~ReadArguments() { Release(); }
-
- private:
-  void Release() {
-    for (const auto& b : buffers_) {
-      if (b) b->DropInflightRead();
-    }
-    buffers_.clear();
-  }
-  std::vector<std::shared_ptr<Buffer>> buffers_;
-};
-
 struct InFlight {
   const Client* client;
   int device;
@@ -111,64 +111,23 @@ void Retire(const Plugin& plugin, const InFlight& f) {
 // of device memory, waiting on the heap's lock while XLA's threads allocate); apart, T5's lazy
 // training step ran 13% faster, BERT's 4-5% (docs/design.md, "Freeing finished programs'
 // arguments").
-class ArgumentReaper {
- public:
-  void Drop(std::vector<ReadArguments> arguments) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& a : arguments) queue_.push_back(std::move(a));
-    EnsureThread();
-    wake_.notify_one();
-  }
-
-  // Returns once everything dropped before the call is freed, so that a wait for the device or a
-  // read of the memory statistics sees those buffers gone.
-  void Drain() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!queue_.empty()) EnsureThread();
-    drained_.wait(lock, [&] { return queue_.empty() && !busy_; });
-  }
-
- private:
-  // Starts the thread in this process (again in a forked child, which has none). Under mutex_.
-  void EnsureThread() {
-    if (owner_ == getpid()) return;
-    owner_ = getpid();
-    busy_ = false;
-    std::thread([this] { Serve(); }).detach();
-  }
-
-  void Serve() {
-    pthread_setname_np(pthread_self(), "pjrt_reaper");  // told apart from XLA's threads in profiles
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      wake_.wait(lock, [&] { return !queue_.empty(); });
-      std::deque<ReadArguments> batch;
-      batch.swap(queue_);
-      busy_ = true;
-      lock.unlock();
-      batch.clear();
-      lock.lock();
-      busy_ = false;
-      drained_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_, drained_;
-  std::deque<ReadArguments> queue_;
-  pid_t owner_ = 0;     // the process whose thread serves the queue
-  bool busy_ = false;   // that thread is freeing a batch
-  // All guarded by mutex_.
-};
-
-ArgumentReaper& Reaper() {
-  static auto* reaper = new ArgumentReaper();  // never destroyed: buffers may be dropped until exit
+SerialThread& Reaper() {
+  static auto* reaper = new SerialThread("pjrt_reaper");  // never destroyed: buffers may be dropped until exit
   return *reaper;
+}
+
+// Frees `arguments` on the reaper's thread.
+void DropOnReaper(std::vector<ReadArguments> arguments) {
+  auto batch = std::make_shared<std::vector<ReadArguments>>(std::move(arguments));
+  Reaper().Push([batch] { batch->clear(); });
 }
 
 }  // namespace
 
-void FreeRetiredArguments() { Reaper().Drain(); }
+void FreeRetiredArguments() {
+  DrainLaunches();  // a launch retires executions too
+  Reaper().Drain();
+}
 
 namespace {
 
@@ -309,10 +268,9 @@ PJRT_LoadedExecutable_Execute_Args Executable::ExecuteArgs(PJRT_ExecuteOptions* 
   return exec;
 }
 
-std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_Buffer*>& args, int device,
-                                                         const std::vector<Buffer*>& donated,
-                                                         std::vector<std::shared_ptr<Buffer>> keep_alive,
-                                                         const std::vector<int64_t>& non_donatable) const {
+std::vector<PJRT_Buffer*> Executable::Launch(const std::vector<PJRT_Buffer*>& args, int device,
+                                             ReadArguments keep_alive,
+                                             const std::vector<int64_t>& non_donatable) const {
   const Plugin& plugin = client_->plugin();
   std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
   PJRT_Buffer* const* arg_list = args.data();
@@ -331,26 +289,112 @@ std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_
   exec.execute_device = portable_ ? client_->device(device) : nullptr;
   PJRT_CALL(plugin, PJRT_LoadedExecutable_Execute, &exec);
   // Launched: from here on nothing may throw, or the outputs and the event would leak.
+  std::vector<ReadArguments> finished;
+  {
+    std::lock_guard<std::mutex> lock(g_inflight_mutex);
+    if (complete != nullptr) g_inflight.push_back({client_.get(), device, complete, std::move(keep_alive)});
+    PruneFinished(plugin, finished);
+  }
+  if (!finished.empty()) {
+    DropOnReaper(std::move(finished));
+  }
+  return outputs;
+}
+
+std::vector<std::shared_ptr<Buffer>> Executable::Execute(const std::vector<PJRT_Buffer*>& args, int device,
+                                                         const std::vector<Buffer*>& donated,
+                                                         std::vector<std::shared_ptr<Buffer>> keep_alive,
+                                                         const std::vector<int64_t>& non_donatable) const {
+  // After the queued launches where this one donates: one of them may read a buffer it donates,
+  // and PJRT orders a donating execution only after the readers it has been given. (A queued
+  // launch's outputs that this one reads wait for it through Buffer::raw.)
+  if (!donated.empty()) DrainLaunches();
+  std::vector<PJRT_Buffer*> outputs = Launch(args, device, ReadArguments(std::move(keep_alive)), non_donatable);
   for (Buffer* b : donated) b->MarkDonated();
   std::vector<std::shared_ptr<Buffer>> result;
   result.reserve(outputs.size());
   for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(client_, b, device));
-  std::vector<ReadArguments> finished;
-  {
-    std::lock_guard<std::mutex> lock(g_inflight_mutex);
-    if (complete != nullptr) {
-      g_inflight.push_back({client_.get(), device, complete, ReadArguments(std::move(keep_alive))});
+  return result;
+}
+
+namespace {
+
+// Whether the launch made what was promised: a launch's outputs are wrapped before it is made,
+// with the types its graph lowered them to.
+void CheckOutputTypes(const Plugin& plugin, const std::vector<PJRT_Buffer*>& handles,
+                      const std::vector<Executable::OutputType>& outputs) {
+  for (size_t i = 0; i < handles.size(); ++i) {
+    auto type = PJRT_ARGS(PJRT_Buffer_ElementType);
+    type.buffer = handles[i];
+    PJRT_CALL(plugin, PJRT_Buffer_ElementType, &type);
+    auto dims = PJRT_ARGS(PJRT_Buffer_Dimensions);
+    dims.buffer = handles[i];
+    PJRT_CALL(plugin, PJRT_Buffer_Dimensions, &dims);
+    if (FromPjrtType(type.type) != outputs[i].type ||
+        !std::equal(dims.dims, dims.dims + dims.num_dims, outputs[i].dims.begin(), outputs[i].dims.end())) {
+      throw std::logic_error("pjrt: output " + std::to_string(i) + " of a queued launch differs from its graph's type");
     }
-    PruneFinished(plugin, finished);
   }
-  if (!finished.empty()) {
-    Reaper().Drop(std::move(finished));
+}
+
+void DestroyHandles(const Plugin& plugin, const std::vector<PJRT_Buffer*>& handles) {
+  for (PJRT_Buffer* h : handles) {
+    auto destroy = PJRT_ARGS(PJRT_Buffer_Destroy);
+    destroy.buffer = h;
+    PJRT_Error* error = plugin.api()->PJRT_Buffer_Destroy(&destroy);
+    if (error) plugin.TakeMessage(error);
   }
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<Buffer>> Executable::ExecuteQueued(
+    std::shared_future<std::shared_ptr<Executable>> executable, const std::shared_ptr<Client>& client,
+    const std::vector<OutputType>& outputs, std::vector<std::shared_ptr<Buffer>> args, int device,
+    const std::vector<Buffer*>& donated, std::vector<int64_t> non_donatable) {
+  // Marked now, before the outputs are counted (memory statistics never count a donated input and
+  // its output at once), and so that no later launch is given them.
+  for (Buffer* b : donated) b->MarkDonated();
+  auto pending = std::make_shared<PendingOutputs>(client->plugin(), outputs.size());
+  std::vector<std::shared_ptr<Buffer>> result;
+  result.reserve(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    result.push_back(std::make_shared<Buffer>(client, pending, i, outputs[i].type, outputs[i].dims, device));
+  }
+  // Counted as read from now on, and the one holder of the arguments until the launch: whether a
+  // later launch may donate them must not depend on when this one is made (graph::SoleHolder).
+  auto keep_alive = std::make_shared<ReadArguments>(std::move(args));
+  QueueLaunch([executable = std::move(executable), client, outputs, keep_alive, device,
+               non_donatable = std::move(non_donatable), pending] {
+    try {
+      const std::shared_ptr<Executable>& self = executable.get();  // rethrows a failed compile
+      if (self->num_outputs_ != outputs.size()) throw std::logic_error("pjrt: a queued launch's program has other outputs");
+      std::vector<PJRT_Buffer*> handles;
+      handles.reserve(keep_alive->buffers().size());
+      // An earlier queued launch's failure fails this one too.
+      for (const auto& b : keep_alive->buffers()) handles.push_back(b->RawFor(client));
+      handles = self->Launch(handles, device, std::move(*keep_alive), non_donatable);
+      try {
+        CheckOutputTypes(client->plugin(), handles, outputs);
+      } catch (...) {
+        DestroyHandles(client->plugin(), handles);
+        throw;
+      }
+      pending->Fill(handles);
+    } catch (const std::exception& e) {
+      pending->Fail(e.what());
+      // Also for the next wait on the device, as a failed execution's: outputs nobody reads (a
+      // step's updated parameters) would keep it to themselves until read.
+      std::lock_guard<std::mutex> lock(g_inflight_mutex);
+      g_unreported.emplace(std::make_pair(client.get(), device), e.what());
+    }
+  });
   return result;
 }
 
 std::vector<std::vector<std::shared_ptr<Buffer>>> Executable::ExecuteAllReplicas(
     const std::vector<std::vector<PJRT_Buffer*>>& args, const std::vector<int>& devices) const {
+  DrainLaunches();  // as Execute
   const Plugin& plugin = client_->plugin();
   const size_t n = args.size();
   std::vector<PJRT_Buffer* const*> arg_lists(n);
@@ -380,6 +424,7 @@ std::vector<std::vector<std::shared_ptr<Buffer>>> Executable::ExecuteAllReplicas
 }
 
 void WaitForExecutions(const Client& client, int device) {
+  DrainLaunches();
   std::deque<InFlight> mine;
   {
     std::lock_guard<std::mutex> lock(g_inflight_mutex);
@@ -416,6 +461,7 @@ void WaitForExecutions(const Client& client, int device) {
 }
 
 bool ExecutionsDone(const Client& client, int device) {
+  if (LaunchesPending()) return false;
   std::lock_guard<std::mutex> lock(g_inflight_mutex);
   for (const InFlight& f : g_inflight) {
     if (f.client == &client && (device < 0 || f.device == device) &&

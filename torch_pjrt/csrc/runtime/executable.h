@@ -2,6 +2,7 @@
 // it asynchronously on one device.
 #pragma once
 
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@ std::string PortableCompileOptions();
 // Options for a program with collectives: one replica per process of a group, replica r on the
 // device whose job-wide id is replica_devices[r] (num_replicas = its size). Empty: portable.
 std::string ReplicatedCompileOptions(const std::vector<int64_t>& replica_devices);
+
+class ReadArguments;  // executable.cc: argument buffers held until their execution finished
 
 class Executable {
  public:
@@ -46,6 +49,22 @@ class Executable {
                                                const std::vector<Buffer*>& donated = {},
                                                std::vector<std::shared_ptr<Buffer>> keep_alive = {},
                                                const std::vector<int64_t>& non_donatable = {}) const;
+  // What a program returns, known before it is compiled (ExecuteQueued).
+  struct OutputType {
+    ElementType type;
+    std::vector<int64_t> dims;
+  };
+  // Launches the portable program `executable` will hold (it may still be compiling on another
+  // thread) on the launch thread (runtime/launch_queue.h), after every launch queued before it,
+  // and returns its outputs at once: Buffers of `outputs`' types on `client` whose handles exist
+  // once the launch is made. The handles of `args` are taken then, so they may be outputs of
+  // earlier queued launches; those of another client are read through views (Buffer::RawFor).
+  // `donated` (of `client`) are marked donated here. A failed compile or launch, or a program
+  // whose outputs differ from `outputs`, fails the outputs: whoever waits for them gets the error.
+  static std::vector<std::shared_ptr<Buffer>> ExecuteQueued(
+      std::shared_future<std::shared_ptr<Executable>> executable, const std::shared_ptr<Client>& client,
+      const std::vector<OutputType>& outputs, std::vector<std::shared_ptr<Buffer>> args, int device,
+      const std::vector<Buffer*>& donated, std::vector<int64_t> non_donatable);
   // Runs a replicated program on all its replicas at once, when this process addresses every
   // device of its assignment (one process with several CPU devices): args[r] are replica r's.
   // Waits for the results. Lets tests run the collectives' programs without a multi-process job.
@@ -56,6 +75,10 @@ class Executable {
   Executable(std::shared_ptr<Client> client, PJRT_LoadedExecutable* loaded);
   // Execute's arguments for this executable with default `options` (filled in here).
   PJRT_LoadedExecutable_Execute_Args ExecuteArgs(PJRT_ExecuteOptions* options) const;
+  // Launches on one device and returns the output handles; `keep_alive` then joins the
+  // executions in flight. Throws (PjrtError) only before the launch.
+  std::vector<PJRT_Buffer*> Launch(const std::vector<PJRT_Buffer*>& args, int device, ReadArguments keep_alive,
+                                   const std::vector<int64_t>& non_donatable) const;
   std::shared_ptr<Client> client_;
   PJRT_LoadedExecutable* loaded_;
   size_t num_outputs_ = 0;

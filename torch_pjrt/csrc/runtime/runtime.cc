@@ -2,7 +2,9 @@
 
 #include "runtime/compile_worker.h"
 #include "runtime/ffi.h"
+#include "runtime/launch_queue.h"
 
+#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -23,9 +25,22 @@ struct State {
   std::map<std::string, std::string> capabilities;
   std::string error;  // set once creation failed
   bool shut_down = false;
-  std::mutex compile_mutex;               // serializes compiles in the worker; guards `worker`
-  std::unique_ptr<CompileWorker> worker;  // null: compile here
+  // Compile workers: each compiles one program at a time. The first starts with the client; a
+  // second when a large program finds the first busy (a training step's programs compile while the
+  // step goes on, graph::BackgroundCompiles). None: compile here.
+  struct WorkerSlot {
+    std::unique_ptr<CompileWorker> worker;
+    bool busy = false;
+  };
+  std::mutex compile_mutex;  // guards the fields below
+  std::condition_variable worker_freed;
+  std::vector<WorkerSlot> workers;
+  std::optional<PluginConfig> worker_config;  // to start another; unset once one died
 };
+
+// At most this many compile workers: on two cores two compiles already keep both busy (one keeps
+// ~1.3), and each worker holds ~100 MB.
+constexpr size_t kMaxCompileWorkers = 2;
 
 // Programs this small compile here while the worker is still starting: the first op after start
 // should not wait for a second process (a few hundred bytes compile in milliseconds).
@@ -104,17 +119,25 @@ void Warn(State& s, const std::string& message) {
   if (warn) warn(message);  // Python warnings: no lock held
 }
 
-void StartCompileWorker(State& s, const PluginConfig& config) {
-  if (config.compile_worker.empty()) return;
+// Starts a compile worker for `config`'s plugin; null (with a warning) where it cannot be spawned.
+std::unique_ptr<CompileWorker> SpawnCompileWorker(State& s, const PluginConfig& config) {
   try {
     // The worker starts its twin of the small programs' client when it is first asked for it.
-    auto worker = std::make_unique<CompileWorker>(config.compile_worker, config.name, config.library_path,
-                                                  config.options, config.small_program_env);
-    std::lock_guard<std::mutex> lock(s.compile_mutex);
-    s.worker = std::move(worker);
+    return std::make_unique<CompileWorker>(config.compile_worker, config.name, config.library_path, config.options,
+                                           config.small_program_env);
   } catch (const CompileWorkerLost& e) {
     Warn(s, std::string(e.what()) + " -- compiling in this process");
+    return nullptr;
   }
+}
+
+void StartCompileWorker(State& s, const PluginConfig& config) {
+  if (config.compile_worker.empty()) return;
+  auto worker = SpawnCompileWorker(s, config);
+  std::lock_guard<std::mutex> lock(s.compile_mutex);
+  if (!worker) return;
+  s.workers.push_back({std::move(worker), false});
+  s.worker_config = config;
 }
 
 // Tries candidate after candidate until one starts. Returns the client (possibly one another
@@ -215,24 +238,103 @@ std::shared_ptr<Client> SmallProgramClient(State& s) {
 
 }  // namespace
 
+namespace {
+
+// Whether `slot`'s worker has started; nothing where it is gone (`lost` says why). A busy one's
+// compile reports its loss.
+std::optional<bool> SlotStarted(const State::WorkerSlot& slot, std::string* lost) {
+  try {
+    return slot.worker->Started();  // also finds a worker that exited before it started
+  } catch (const CompileWorkerLost& e) {
+    if (slot.busy) return true;
+    *lost = e.what();
+    return std::nullopt;
+  }
+}
+
+// Takes a compile worker for one program of `bytes` bytes of StableHLO: a free one that has
+// started, or (for a program too large to compile here while workers start) any free one, else a
+// new one while there are fewer than kMaxCompileWorkers, else the next to be freed. Null: compile
+// here (no worker, or only workers still starting for a small program). Under `lock`; `lost`
+// receives why a worker was dropped.
+CompileWorker* AcquireWorker(State& s, std::unique_lock<std::mutex>& lock, size_t bytes, std::string* lost) {
+  const bool large = bytes >= kWaitForWorkerBytes;
+  for (;;) {
+    bool any_started = false;
+    for (auto slot = s.workers.begin(); slot != s.workers.end();) {
+      std::optional<bool> started = SlotStarted(*slot, lost);
+      if (!started) {  // gone: dropped, and no new worker after one died
+        slot = s.workers.erase(slot);
+        s.worker_config.reset();
+        continue;
+      }
+      any_started = any_started || *started;
+      if (!slot->busy && (*started || large)) {
+        slot->busy = true;
+        return slot->worker.get();
+      }
+      ++slot;
+    }
+    if (s.workers.empty() || (!large && !any_started)) return nullptr;
+    if (large && s.workers.size() < kMaxCompileWorkers && s.worker_config) {
+      auto worker = SpawnCompileWorker(s, *s.worker_config);
+      if (worker) {
+        s.workers.push_back({std::move(worker), true});
+        return s.workers.back().worker.get();
+      }
+      s.worker_config.reset();
+    }
+    s.worker_freed.wait(lock);
+  }
+}
+
+// Returns `worker` to the pool, or drops it where it was lost.
+void ReleaseWorker(State& s, CompileWorker* worker, bool lost) {
+  std::unique_ptr<CompileWorker> dropped;  // destroyed outside the lock
+  {
+    std::lock_guard<std::mutex> lock(s.compile_mutex);
+    for (auto it = s.workers.begin(); it != s.workers.end(); ++it) {
+      if (it->worker.get() != worker) continue;
+      if (lost) {
+        dropped = std::move(it->worker);
+        s.workers.erase(it);
+        s.worker_config.reset();  // no new worker after one died
+      } else {
+        it->busy = false;
+      }
+      break;
+    }
+  }
+  s.worker_freed.notify_all();
+}
+
+}  // namespace
+
 std::shared_ptr<Executable> CompileProgram(const std::shared_ptr<Client>& client, const std::string& mlir_text,
                                            const std::vector<int64_t>& replica_devices,
                                            std::string* serialized) {
   State& s = state();
   serialized->clear();
   if (replica_devices.empty()) {
-    std::unique_lock<std::mutex> lock(s.compile_mutex);
-    try {
-      // Started() too finds a worker that exited before it started.
-      if (s.worker && (s.worker->Started() || mlir_text.size() >= kWaitForWorkerBytes)) {
-        *serialized = s.worker->Compile(mlir_text, client == SmallProgramClient(s));
-        lock.unlock();
+    CompileWorker* worker = nullptr;
+    std::string lost;
+    {
+      std::unique_lock<std::mutex> lock(s.compile_mutex);
+      worker = AcquireWorker(s, lock, mlir_text.size(), &lost);
+    }
+    if (!lost.empty()) Warn(s, lost + " -- compiling in this process from now on");
+    if (worker != nullptr) {
+      try {
+        *serialized = worker->Compile(mlir_text, client == SmallProgramClient(s));
+        ReleaseWorker(s, worker, false);
         return Executable::Deserialize(client, *serialized);
+      } catch (const CompileWorkerLost& e) {
+        ReleaseWorker(s, worker, true);
+        Warn(s, std::string(e.what()) + " -- compiling in this process from now on");
+      } catch (...) {
+        ReleaseWorker(s, worker, false);
+        throw;
       }
-    } catch (const CompileWorkerLost& e) {
-      std::unique_ptr<CompileWorker> lost = std::move(s.worker);
-      lock.unlock();
-      Warn(s, std::string(e.what()) + " -- compiling in this process from now on");
     }
   }
   return Executable::Compile(client, mlir_text, replica_devices);
@@ -242,10 +344,12 @@ CompileWorkerStatus GetCompileWorkerStatus() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.compile_mutex);
   CompileWorkerStatus status;
-  if (!s.worker) return status;
-  status.pid = s.worker->pid();
+  if (s.workers.empty()) return status;
+  CompileWorker& first = *s.workers.front().worker;
+  status.pid = first.pid();
+  status.workers = static_cast<int>(s.workers.size());
   try {
-    status.started = s.worker->Started();
+    status.started = first.Started();
   } catch (const CompileWorkerLost&) {
     status.started = false;  // the next compile reports it
   }
@@ -253,9 +357,11 @@ CompileWorkerStatus GetCompileWorkerStatus() {
 }
 
 void ShutdownClient() {
+  DrainLaunches();  // launches still waiting for a compile
   {
     std::lock_guard<std::mutex> lock(state().compile_mutex);
-    state().worker.reset();
+    state().workers.clear();
+    state().worker_config.reset();
   }
   std::shared_ptr<Client> client, small_client;
   {

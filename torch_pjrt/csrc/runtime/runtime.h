@@ -78,20 +78,23 @@ std::shared_ptr<Client> ClientForProgram(const ProgramShape& program);
 // Capabilities of the plugin whose client is running (empty before it starts).
 const std::map<std::string, std::string>& ActiveCapabilities();
 
-// Compiles a program for `client` (one of PeekClients()): a portable one (no `replica_devices`) in the
-// compile worker when there is one, else here. A small program does not wait for a worker that
-// is still starting. `serialized` receives the worker's serialized executable (what the disk
-// cache must store: the CPU plugin re-serializes a loaded executable without its code), and
-// stays empty when the program compiled here. Throws PjrtError with the compiler's message on a
+// Compiles a program for `client` (one of PeekClients()): a portable one (no `replica_devices`) in a
+// compile worker when there is one, else here. Thread-safe: each worker compiles one program at a
+// time, and a large program that finds every worker busy starts a second one (at most two). A
+// small program does not wait for a worker that is still starting. `serialized` receives the
+// worker's serialized executable (what the disk cache must store: the CPU plugin re-serializes a
+// loaded executable without its code), and stays empty when the program compiled here. Throws PjrtError with the compiler's message on a
 // bad program; a worker that died is reported once as a warning and replaced by compiling here.
 std::shared_ptr<Executable> CompileProgram(const std::shared_ptr<Client>& client, const std::string& mlir_text,
                                            const std::vector<int64_t>& replica_devices,
                                            std::string* serialized);
 
-// The compile worker's process id (-1: none) and whether its client started. Never blocks long.
+// The first compile worker's process id (-1: none), whether its client started, and how many
+// workers run (a second starts when a large program finds the first busy). Never blocks long.
 struct CompileWorkerStatus {
   int pid = -1;
   bool started = false;
+  int workers = 0;
 };
 CompileWorkerStatus GetCompileWorkerStatus();
 
