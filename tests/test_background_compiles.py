@@ -64,6 +64,34 @@ def test_training_steps_equal_cpu_with_and_without_background_compiles(backgroun
 
 
 @pytest.mark.parametrize("background", [True], indirect=True)
+def test_a_convolutional_step_equals_cpu(background):
+    # Programs calling host kernels (torch's convolution inside the program) compile in the
+    # background too; their queued launch frees this thread's OpenMP team first.
+    channels = next(_DEPTHS)  # a width no other test traces: the step's programs are new
+
+    def run(device):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1), nn.ReLU(), nn.Conv2d(channels, 4, 3),
+                            nn.AdaptiveAvgPool2d(1), nn.Flatten()).to(device)
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        x = torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(2)).to(device)
+        losses = []
+        for _ in range(2):
+            opt.zero_grad(set_to_none=True)
+            loss = net(x).square().mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [p.detach().cpu() for p in net.parameters()]
+
+    losses, params = run("pjrt")
+    cpu_losses, cpu_params = run("cpu")
+    torch.testing.assert_close(losses, cpu_losses, rtol=1e-5, atol=1e-6)
+    for p, q in zip(params, cpu_params):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("background", [True], indirect=True)
 def test_metrics_count_background_compiles_before_anything_is_read(background):
     depth = next(_DEPTHS)
     names = ("GraphsLowered", "GraphsCompiled", "CacheHitsDisk")

@@ -143,14 +143,14 @@ std::shared_ptr<CompiledGraph> CompileCache::Nearest(const std::string& summary,
   return best;
 }
 
-std::string CompileCache::PathFor(uint64_t key, const std::string& fingerprint) const {
-  return directory_ + "/" + Hex(key) + "-" + Hex(Fnv1a(fingerprint)) + ".pjrtx";
+std::string CompileCache::PathFor(const std::string& directory, uint64_t key, const std::string& fingerprint) {
+  return directory + "/" + Hex(key) + "-" + Hex(Fnv1a(fingerprint)) + ".pjrtx";
 }
 
 std::shared_ptr<runtime::Executable> CompileCache::LoadFromDisk(
-    uint64_t key, const std::string& fingerprint, const std::shared_ptr<runtime::Client>& client) {
-  if (directory_.empty()) return nullptr;
-  std::string path = PathFor(key, fingerprint);
+    const std::string& directory, uint64_t key, const std::string& fingerprint, const std::shared_ptr<runtime::Client>& client) {
+  if (directory.empty()) return nullptr;
+  std::string path = PathFor(directory, key, fingerprint);
   std::ifstream f(path, std::ios::binary);
   if (!f) return nullptr;
   std::stringstream ss;
@@ -186,17 +186,17 @@ std::shared_ptr<runtime::Executable> CompileCache::LoadFromDisk(
   }
 }
 
-void CompileCache::StoreToDisk(uint64_t key, const std::string& fingerprint,
+void CompileCache::StoreToDisk(const std::string& directory, uint64_t key, const std::string& fingerprint,
                                const runtime::Executable& exe, std::string payload) {
-  if (directory_.empty()) return;
+  if (directory.empty()) return;
   try {
     if (payload.empty()) payload = exe.Serialize();
   } catch (const std::exception& e) {
     Warn(std::string("could not serialize an executable for the disk cache: ") + e.what());
     return;
   }
-  if (!EnsureDirectory(directory_)) {
-    Warn("cannot create the compile cache directory " + directory_ + ": " + std::strerror(errno));
+  if (!EnsureDirectory(directory)) {
+    Warn("cannot create the compile cache directory " + directory + ": " + std::strerror(errno));
     return;
   }
   std::string data(kMagic, sizeof(kMagic));
@@ -206,7 +206,7 @@ void CompileCache::StoreToDisk(uint64_t key, const std::string& fingerprint,
   PutU64(data, payload.size());
   PutU64(data, Fnv1a(payload));
   data += payload;
-  std::string path = PathFor(key, fingerprint);
+  std::string path = PathFor(directory, key, fingerprint);
   // Written under a unique name and renamed, so readers never see half a file.
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   {

@@ -73,16 +73,20 @@ class CompileCache {
   const std::string& directory() const { return directory_; }
   void set_directory(std::string dir) { directory_ = std::move(dir); }
   // `fingerprint` identifies plugin + platform version + package version.
-  std::shared_ptr<runtime::Executable> LoadFromDisk(uint64_t key, const std::string& fingerprint,
+  // `directory`: the cache directory when the graph was traced (directory()); these two run on a
+  // background compile's thread too (executor.cc), which must not read it while it changes.
+  static std::shared_ptr<runtime::Executable> LoadFromDisk(const std::string& directory, uint64_t key,
+                                                          const std::string& fingerprint,
                                                    const std::shared_ptr<runtime::Client>& client);
   // `serialized`: the executable's bytes when it was loaded from them (a compile worker's): a
   // loaded executable serializes without its code on the CPU plugin. Empty: serialize `exe`.
-  void StoreToDisk(uint64_t key, const std::string& fingerprint, const runtime::Executable& exe,
+  static void StoreToDisk(const std::string& directory, uint64_t key, const std::string& fingerprint,
+                          const runtime::Executable& exe,
                    std::string serialized = {});
 
  private:
   CompileCache();
-  std::string PathFor(uint64_t key, const std::string& fingerprint) const;
+  static std::string PathFor(const std::string& directory, uint64_t key, const std::string& fingerprint);
   size_t capacity_;
   std::string directory_;
   std::list<uint64_t> lru_;  // most recent first

@@ -441,7 +441,6 @@ std::vector<std::shared_ptr<runtime::Buffer>> LaunchHere(const CompiledGraph& co
       d.kept.push_back(static_cast<int64_t>(i));
     }
   }
-  if (compiled.calls_host_kernels) runtime::ReleaseCallerOpenMPTeam();
   return compiled.Executable()->Execute(args, device, d.donated, std::move(arguments), d.kept);
 }
 
@@ -456,6 +455,9 @@ std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compil
   std::vector<std::shared_ptr<runtime::Buffer>> results;
   {
     ScopedTimer timer(Timer::kExecute);
+    // This thread's team would otherwise compete with the host-kernel thread's (runtime/openmp.h);
+    // freed here also where the launch is made on the launch thread.
+    if (compiled.calls_host_kernels) runtime::ReleaseCallerOpenMPTeam();
     if (QueueBehindCompile(compiled, d)) {
       results = runtime::Executable::ExecuteQueued(compiled.compiling, compiled.client, compiled.output_types,
                                                    std::move(arguments), device, d.donated, d.kept);
@@ -629,6 +631,7 @@ struct PreparedGraph {
   std::shared_ptr<CompiledGraph> compiled;
   LoweredGraph lowered;
   std::string fingerprint;  // of the disk cache entry
+  std::string cache_directory;  // CompileCache::directory() when it was lowered
   bool replicated = false;  // bound to this job's devices: never shared through the disk cache
 };
 
@@ -654,6 +657,7 @@ PreparedGraph PrepareGraph(uint64_t key, SyncCause cause, const DeviceTrace& tra
   compiled->small_program = compiled->client != runtime::GetClient();
   // An executable is made for the pool of the client that compiled it (runtime/compile_worker.h).
   p.fingerprint = PluginFingerprint() + (compiled->small_program ? ";client=small" : "");
+  p.cache_directory = CompileCache::Get().directory();
   if (pending.has_checks) {
     std::vector<Value> targets(pending.outputs.begin(), pending.outputs.end() - 1);
     compiled->check_dependents = CheckDependents(trace.checks, targets);
@@ -665,10 +669,9 @@ PreparedGraph PrepareGraph(uint64_t key, SyncCause cause, const DeviceTrace& tra
 // Loads `p`'s executable from the disk cache or compiles it (in the compile worker where there is
 // one). Runs on the tracing thread or on a compile's own thread (StartBackgroundCompile).
 std::shared_ptr<runtime::Executable> LoadOrCompile(uint64_t key, const PreparedGraph& p, bool* from_disk) {
-  CompileCache& cache = CompileCache::Get();
   const std::shared_ptr<runtime::Client>& client = p.compiled->client;
   std::shared_ptr<runtime::Executable> executable;
-  if (!p.replicated) executable = cache.LoadFromDisk(key, p.fingerprint, client);
+  if (!p.replicated) executable = CompileCache::LoadFromDisk(p.cache_directory, key, p.fingerprint, client);
   *from_disk = static_cast<bool>(executable);
   if (*from_disk) {
     Metrics::Increment(Counter::kCacheHitsDisk);
@@ -680,7 +683,7 @@ std::shared_ptr<runtime::Executable> LoadOrCompile(uint64_t key, const PreparedG
                                          &serialized);
     Metrics::Increment(Counter::kGraphsCompiled);
     if (!serialized.empty()) Metrics::Increment(Counter::kCompilesInWorker);
-    if (!p.replicated) cache.StoreToDisk(key, p.fingerprint, *executable, std::move(serialized));
+    if (!p.replicated) CompileCache::StoreToDisk(p.cache_directory, key, p.fingerprint, *executable, std::move(serialized));
   }
   // The lowering's MLIR, the loaded executable's scratch and (when it ran here) the compiler's
   // garbage are free now, before the first execution allocates its results.
@@ -694,11 +697,11 @@ std::shared_ptr<runtime::Executable> LoadOrCompile(uint64_t key, const PreparedG
 
 // Whether a miss compiles on a thread of its own while the host goes on tracing: a lazy training
 // step's launches (the next one's program compiles meanwhile, in a second compile worker), unless
-// compiles are being explained (the explanation reads the cache as the compile ends), the program
-// is replicated, or it calls host kernels (their launch frees the launching thread's OpenMP team).
+// compiles are being explained (the explanation reads the cache as the compile ends) or the
+// program is replicated.
 bool CompilesInBackground(SyncCause cause, const PreparedGraph& p) {
   return g_background_compiles.load(std::memory_order_relaxed) && LaunchedByTrainingStep(cause) &&
-         !Debug().log_compiles && !p.replicated && !p.compiled->calls_host_kernels;
+         !Debug().log_compiles && !p.replicated;
 }
 
 // Compiles `p` on a thread of its own: its launches wait for it on the launch thread

@@ -4,6 +4,7 @@
 #include "runtime/ffi.h"
 #include "runtime/launch_queue.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -359,7 +360,13 @@ CompileWorkerStatus GetCompileWorkerStatus() {
 void ShutdownClient() {
   DrainLaunches();  // launches still waiting for a compile
   {
-    std::lock_guard<std::mutex> lock(state().compile_mutex);
+    // A compile nobody launches any more (graph::CompileAhead's, where the checks it waited for
+    // failed) may still be running in a worker: it finishes first.
+    State& s = state();
+    std::unique_lock<std::mutex> lock(s.compile_mutex);
+    s.worker_freed.wait(lock, [&] {
+      return std::none_of(s.workers.begin(), s.workers.end(), [](const State::WorkerSlot& w) { return w.busy; });
+    });
     state().workers.clear();
     state().worker_config.reset();
   }
