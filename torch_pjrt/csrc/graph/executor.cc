@@ -700,7 +700,7 @@ std::shared_ptr<runtime::Executable> LoadOrCompile(uint64_t key, const PreparedG
 // compiles are being explained (the explanation reads the cache as the compile ends) or the
 // program is replicated.
 bool CompilesInBackground(SyncCause cause, const PreparedGraph& p) {
-  return g_background_compiles.load(std::memory_order_relaxed) && LaunchedByTrainingStep(cause) &&
+  return BackgroundCompiles() && LaunchedByTrainingStep(cause) &&
          !Debug().log_compiles && !p.replicated;
 }
 
@@ -791,6 +791,16 @@ void Describe(const DeviceTrace& trace, const PendingGraph& g, std::shared_ptr<C
   for (const IndexCheck& c : trace.checks) record->check_errors.push_back(c.error);
 }
 
+// What a graph of the whole trace computes besides its targets: the trace's index checks, packed
+// as its last output, and the overwritten buffers it donates (or, for a capture, aliases).
+void CompleteWholeTraceGraph(int device, const DeviceTrace& trace, PendingGraph* g, const LaunchRecord* record) {
+  if (!trace.checks.empty()) {
+    g->outputs.push_back(PackIndexChecks(device, trace.checks));
+    g->has_checks = true;
+  }
+  g->donations = record == nullptr ? Donations(trace, *g) : CaptureAliases(trace, *g, *record);
+}
+
 // The cached graph computing `g`, or a new one compiled for it (and cached).
 std::shared_ptr<CompiledGraph> FindOrCompile(int device, SyncCause cause, const DeviceTrace& trace,
                                              const PendingGraph& g, bool capturing, bool count_hit = true) {
@@ -813,11 +823,12 @@ std::shared_ptr<CompiledGraph> FindOrCompile(int device, SyncCause cause, const 
 // Starts compiling the graph a training step's launch is about to run before that launch waits
 // for earlier launches' index checks (SyncDevice), where an earlier launch still waits for its
 // program: in a step's first run the updates' launch waits there for the forward's program, which
-// is still compiling, and its own compile would otherwise start only after that. The graph is the one RunGraph will find: the targets
-// ShareParamBuffers keeps, the packed checks, the donations. Where waiting for the checks changes
-// it (a failed check drops the targets it poisoned), RunGraph compiles its own.
+// is still compiling, and its own compile would otherwise start only after that. The graph is the
+// one RunGraph will find: the targets ShareParamBuffers keeps, the packed checks, the donations.
+// Where waiting for the checks changes it (a failed check drops the targets it poisoned), RunGraph
+// compiles its own.
 void CompileAhead(int device, SyncCause cause) {
-  if (!g_background_compiles.load(std::memory_order_relaxed) || !runtime::LaunchesPending()) return;
+  if (!BackgroundCompiles() || !runtime::LaunchesPending()) return;
   const DeviceTrace& trace = Trace(device);
   PendingGraph g = CollectTargets(trace);
   PendingGraph kept;
@@ -827,11 +838,7 @@ void CompileAhead(int device, SyncCause cause) {
     kept.outputs.push_back(g.outputs[i]);
   }
   if (kept.outputs.empty()) return;
-  if (!trace.checks.empty()) {
-    kept.outputs.push_back(PackIndexChecks(device, trace.checks));
-    kept.has_checks = true;
-  }
-  kept.donations = Donations(trace, kept);
+  CompleteWholeTraceGraph(device, trace, &kept, nullptr);
   FindOrCompile(device, cause, trace, kept, /*capturing=*/false, /*count_hit=*/false);
 }
 
@@ -840,11 +847,7 @@ void CompileAhead(int device, SyncCause cause) {
 // ahead of the trace (SyncValue) does neither: the trace still reads those buffers.
 void RunGraph(int device, SyncCause cause, const DeviceTrace& trace, PendingGraph& g,
               LaunchRecord* record, bool whole_trace = true) {
-  if (whole_trace && !trace.checks.empty()) {
-    g.outputs.push_back(PackIndexChecks(device, trace.checks));
-    g.has_checks = true;
-  }
-  if (whole_trace) g.donations = record == nullptr ? Donations(trace, g) : CaptureAliases(trace, g, *record);
+  if (whole_trace) CompleteWholeTraceGraph(device, trace, &g, record);
   std::shared_ptr<CompiledGraph> compiled = FindOrCompile(device, cause, trace, g, record != nullptr);
   // The parameter node holds each buffer (its storage holds the pending new value); a capture's
   // input may also be held elsewhere. Asked before the arguments below hold them too.

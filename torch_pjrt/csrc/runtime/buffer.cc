@@ -127,38 +127,53 @@ std::shared_ptr<Buffer> Buffer::FromHost(const std::shared_ptr<Client>& client, 
   return std::make_shared<Buffer>(client, args.buffer, device);
 }
 
+void ReadHandleType(const Plugin& plugin, PJRT_Buffer* handle, ElementType* type, std::vector<int64_t>* dims) {
+  auto element_type = PJRT_ARGS(PJRT_Buffer_ElementType);
+  element_type.buffer = handle;
+  PJRT_CALL(plugin, PJRT_Buffer_ElementType, &element_type);
+  auto dimensions = PJRT_ARGS(PJRT_Buffer_Dimensions);
+  dimensions.buffer = handle;
+  PJRT_CALL(plugin, PJRT_Buffer_Dimensions, &dimensions);
+  *type = FromPjrtType(element_type.type);
+  dims->assign(dimensions.dims, dimensions.dims + dimensions.num_dims);
+}
+
+void DestroyHandle(const Plugin& plugin, PJRT_Buffer* handle) {
+  auto destroy = PJRT_ARGS(PJRT_Buffer_Destroy);
+  destroy.buffer = handle;
+  PJRT_Error* error = plugin.api()->PJRT_Buffer_Destroy(&destroy);
+  if (error) plugin.TakeMessage(error);
+}
+
+namespace {
+
+size_t ByteSize(ElementType type, const std::vector<int64_t>& dims) {
+  size_t n = type == ElementType::kInvalid ? 0 : ItemSize(type);
+  for (int64_t d : dims) n *= static_cast<size_t>(d);
+  return n;
+}
+
+}  // namespace
+
 Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer, int device, bool counted)
     : client_(std::move(client)), buffer_(buffer), device_(device), counted_(counted) {
   // Never throws: execution outputs are wrapped right after launch, when a throw would leak the
   // remaining outputs. A buffer whose metadata cannot be read has an invalid type, which every
   // later use (argument checks, reads) rejects.
-  const Plugin& plugin = client_->plugin();
   try {
-    auto type = PJRT_ARGS(PJRT_Buffer_ElementType);
-    type.buffer = buffer;
-    PJRT_CALL(plugin, PJRT_Buffer_ElementType, &type);
-    auto dims = PJRT_ARGS(PJRT_Buffer_Dimensions);
-    dims.buffer = buffer;
-    PJRT_CALL(plugin, PJRT_Buffer_Dimensions, &dims);
-    type_ = FromPjrtType(type.type);
-    dims_.assign(dims.dims, dims.dims + dims.num_dims);
+    ReadHandleType(client_->plugin(), buffer, &type_, &dims_);
   } catch (const std::exception&) {
     type_ = ElementType::kInvalid;
     dims_.clear();
   }
-  size_t n = type_ == ElementType::kInvalid ? 0 : ItemSize(type_);
-  for (int64_t d : dims_) n *= static_cast<size_t>(d);
-  nbytes_ = n;
+  nbytes_ = ByteSize(type_, dims_);
   if (counted_) AddLiveBytes(device_, static_cast<int64_t>(nbytes_));
 }
 
 Buffer::Buffer(std::shared_ptr<Client> client, std::shared_ptr<PendingOutputs> pending, size_t index,
                ElementType type, std::vector<int64_t> dims, int device)
     : client_(std::move(client)), pending_(std::move(pending)), pending_index_(index), type_(type),
-      dims_(std::move(dims)), device_(device) {
-  size_t n = ItemSize(type_);
-  for (int64_t d : dims_) n *= static_cast<size_t>(d);
-  nbytes_ = n;
+      dims_(std::move(dims)), device_(device), nbytes_(ByteSize(type_, dims_)) {
   AddLiveBytes(device_, static_cast<int64_t>(nbytes_));
 }
 
@@ -184,11 +199,7 @@ void PendingOutputs::Fill(const std::vector<PJRT_Buffer*>& handles) {
   }
   done_cv_.notify_all();
   for (PJRT_Buffer* h : orphans) {
-    if (h == nullptr) continue;
-    auto destroy = PJRT_ARGS(PJRT_Buffer_Destroy);
-    destroy.buffer = h;
-    PJRT_Error* error = plugin_.api()->PJRT_Buffer_Destroy(&destroy);
-    if (error) plugin_.TakeMessage(error);
+    if (h != nullptr) DestroyHandle(plugin_, h);
   }
 }
 
@@ -233,11 +244,8 @@ Buffer::~Buffer() {
   view_.reset();  // the view's memory is ours: it goes first
   if (!donated_ && counted_) AddLiveBytes(device_, -static_cast<int64_t>(nbytes_));
   PJRT_Buffer* handle = pending_ ? pending_->Release(pending_index_) : buffer_.load();
-  if (handle == nullptr) return;  // a queued launch's output: it destroys it, or there is none
-  auto destroy = PJRT_ARGS(PJRT_Buffer_Destroy);
-  destroy.buffer = handle;
-  PJRT_Error* error = client_->plugin().api()->PJRT_Buffer_Destroy(&destroy);
-  if (error) client_->plugin().TakeMessage(error);
+  // Null: a queued launch's output, which the launch destroys (or there is none).
+  if (handle != nullptr) DestroyHandle(client_->plugin(), handle);
 }
 
 namespace {

@@ -18,6 +18,11 @@ namespace torch_pjrt::runtime {
 PJRT_Buffer_Type ToPjrtType(ElementType t);
 ElementType FromPjrtType(PJRT_Buffer_Type t);
 
+// The element type and dimensions PJRT reports for `handle`. Throws PjrtError.
+void ReadHandleType(const Plugin& plugin, PJRT_Buffer* handle, ElementType* type, std::vector<int64_t>* dims);
+// Destroys a handle no Buffer owns (or the one a dying Buffer owned); a failure is dropped.
+void DestroyHandle(const Plugin& plugin, PJRT_Buffer* handle);
+
 // The outputs of a launch queued for the launch thread (Executable::ExecuteQueued): their PJRT
 // handles exist once that thread has launched the program.
 class PendingOutputs {

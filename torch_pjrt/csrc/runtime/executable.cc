@@ -324,25 +324,11 @@ namespace {
 void CheckOutputTypes(const Plugin& plugin, const std::vector<PJRT_Buffer*>& handles,
                       const std::vector<Executable::OutputType>& outputs) {
   for (size_t i = 0; i < handles.size(); ++i) {
-    auto type = PJRT_ARGS(PJRT_Buffer_ElementType);
-    type.buffer = handles[i];
-    PJRT_CALL(plugin, PJRT_Buffer_ElementType, &type);
-    auto dims = PJRT_ARGS(PJRT_Buffer_Dimensions);
-    dims.buffer = handles[i];
-    PJRT_CALL(plugin, PJRT_Buffer_Dimensions, &dims);
-    if (FromPjrtType(type.type) != outputs[i].type ||
-        !std::equal(dims.dims, dims.dims + dims.num_dims, outputs[i].dims.begin(), outputs[i].dims.end())) {
+    Executable::OutputType made;
+    ReadHandleType(plugin, handles[i], &made.type, &made.dims);
+    if (made.type != outputs[i].type || made.dims != outputs[i].dims) {
       throw std::logic_error("pjrt: output " + std::to_string(i) + " of a queued launch differs from its graph's type");
     }
-  }
-}
-
-void DestroyHandles(const Plugin& plugin, const std::vector<PJRT_Buffer*>& handles) {
-  for (PJRT_Buffer* h : handles) {
-    auto destroy = PJRT_ARGS(PJRT_Buffer_Destroy);
-    destroy.buffer = h;
-    PJRT_Error* error = plugin.api()->PJRT_Buffer_Destroy(&destroy);
-    if (error) plugin.TakeMessage(error);
   }
 }
 
@@ -377,7 +363,7 @@ std::vector<std::shared_ptr<Buffer>> Executable::ExecuteQueued(
       try {
         CheckOutputTypes(client->plugin(), handles, outputs);
       } catch (...) {
-        DestroyHandles(client->plugin(), handles);
+        for (PJRT_Buffer* h : handles) DestroyHandle(client->plugin(), h);
         throw;
       }
       pending->Fill(handles);

@@ -237,10 +237,6 @@ std::shared_ptr<Client> SmallProgramClient(State& s) {
   return s.small_client;
 }
 
-}  // namespace
-
-namespace {
-
 // Whether `slot`'s worker has started; nothing where it is gone (`lost` says why). A busy one's
 // compile reports its loss.
 std::optional<bool> SlotStarted(const State::WorkerSlot& slot, std::string* lost) {
@@ -325,16 +321,22 @@ std::shared_ptr<Executable> CompileProgram(const std::shared_ptr<Client>& client
     }
     if (!lost.empty()) Warn(s, lost + " -- compiling in this process from now on");
     if (worker != nullptr) {
+      // The worker goes back to the pool once, as soon as it has answered (the load below may
+      // throw too, and by then another compile may be using it).
+      bool answered = false;
       try {
         *serialized = worker->Compile(mlir_text, client == SmallProgramClient(s));
-        ReleaseWorker(s, worker, false);
-        return Executable::Deserialize(client, *serialized);
+        answered = true;
       } catch (const CompileWorkerLost& e) {
         ReleaseWorker(s, worker, true);
         Warn(s, std::string(e.what()) + " -- compiling in this process from now on");
       } catch (...) {
         ReleaseWorker(s, worker, false);
         throw;
+      }
+      if (answered) {
+        ReleaseWorker(s, worker, false);
+        return Executable::Deserialize(client, *serialized);
       }
     }
   }
@@ -367,8 +369,8 @@ void ShutdownClient() {
     s.worker_freed.wait(lock, [&] {
       return std::none_of(s.workers.begin(), s.workers.end(), [](const State::WorkerSlot& w) { return w.busy; });
     });
-    state().workers.clear();
-    state().worker_config.reset();
+    s.workers.clear();
+    s.worker_config.reset();
   }
   std::shared_ptr<Client> client, small_client;
   {

@@ -83,8 +83,9 @@ const std::map<std::string, std::string>& ActiveCapabilities();
 // time, and a large program that finds every worker busy starts a second one (at most two). A
 // small program does not wait for a worker that is still starting. `serialized` receives the
 // worker's serialized executable (what the disk cache must store: the CPU plugin re-serializes a
-// loaded executable without its code), and stays empty when the program compiled here. Throws PjrtError with the compiler's message on a
-// bad program; a worker that died is reported once as a warning and replaced by compiling here.
+// loaded executable without its code), and stays empty when the program compiled here. Throws
+// PjrtError with the compiler's message on a bad program; a worker that died is reported once as a
+// warning and replaced by compiling here.
 std::shared_ptr<Executable> CompileProgram(const std::shared_ptr<Client>& client, const std::string& mlir_text,
                                            const std::vector<int64_t>& replica_devices,
                                            std::string* serialized);
