@@ -34,6 +34,9 @@ import time
 from datetime import date, datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lockstep  # noqa: E402  (bench/lockstep.py)
+
 ROOT = Path(__file__).resolve().parent
 BACKENDS = ["pjrt", "pjrt-compiled", "pjrt-graph", "eager", "inductor"]
 TRAIN = ["gpt2", "bert", "llama", "t5", "vit_tiny", "resnet18", "mobilenetv3", "lstm"]
@@ -136,19 +139,10 @@ def measure(backend, name, mode, steps):
 
 
 def serve(backend, name, mode):
-    """Runs in a child process of a lock-step round (_lockstep): warms up, reports, then runs the
-    blocks of steps the parent asks for ("run N" on stdin, one JSON line of step times back each)
-    until "done", answered with the process totals. (Executions per step are the cold run's.)"""
+    """Runs in a child process of a lock-step round (_lockstep, lockstep.serve): its steps, then
+    the process totals. (Executions per step are the cold run's.)"""
     step, device = prepare(backend, name, mode)
-    warmup, _ = timed_steps(step, device, WARMUP_STEPS)
-    print(json.dumps({"ready": True, "first_steps_s": warmup[:2], "step_s": warmup[-1]}), flush=True)
-    for line in sys.stdin:
-        words = line.split()
-        if words[0] == "done":
-            break
-        times, _ = timed_steps(step, device, int(words[1]))
-        print(json.dumps({"times": times}), flush=True)
-    print(json.dumps(process_totals(device)), flush=True)
+    lockstep.serve(lambda: step().item(), WARMUP_STEPS, lambda step_s: process_totals(device))
 
 
 def run_job(name, mode, backends, steps, rounds, blocks=10):
@@ -181,78 +175,21 @@ def merge_later_run(result, again, backend):
 
 
 WARMUP_STEPS = 4  # a lock-step child's steps before it reports ready (pjrt-graph captures on the third)
-BLOCK_SECONDS = 0.4  # how long each block of a lock-step round runs
 
 
 def _lockstep(backends, name, mode, caches, blocks):
-    """One lock-step round: a serving child per backend (serve), started one after another (each
-    warms up while the others wait, so the cached first step is timed alone), then `blocks`
-    blocks in which each child in turn runs ~BLOCK_SECONDS of steps while the others wait on
-    their stdin, the order reversed every other block. Returns each backend's steps/s (over the
-    median step of all its blocks), first steps and totals, or its error."""
-    children, out = {}, {}
-    try:
-        for backend in backends:
-            child = _ServingChild(backend, name, mode, caches[backend])
-            ready = child.reply()
-            if "error" in ready:
-                out[backend] = ready
-                child.close()
-                continue
-            children[backend] = child
-            per_block = max(2, min(50, round(BLOCK_SECONDS / max(ready["step_s"], 1e-4))))
-            out[backend] = {"first_steps_s": ready["first_steps_s"], "per_block": per_block, "times": []}
-        for b in range(blocks):
-            order = [c for c in children if "error" not in out[c]]
-            for backend in (order if b % 2 == 0 else order[::-1]):
-                reply = children[backend].ask(f"run {out[backend]['per_block']}")
-                if "error" in reply:
-                    out[backend] = reply
-                else:
-                    out[backend]["times"] += reply["times"]
-        for backend, child in children.items():
-            r = out[backend]
-            if "error" not in r:
-                r.update(child.ask("done"))
-                r["steps_per_s"] = 1 / statistics.median(r.pop("times"))
-    finally:
-        for child in children.values():
-            child.close()
-    return out
-
-
-class _ServingChild:
-    """A `--serve` child process and its JSON-lines protocol (serve)."""
-
-    def __init__(self, backend, name, mode, cache):
-        self.log = tempfile.TemporaryFile(mode="w+")
+    """One lock-step round (lockstep.run_round) of a serving child per backend, on the caches the
+    cold processes filled. Returns each backend's steps/s (over the median step of all its
+    blocks), first steps and totals, or its error."""
+    def start(backend):
         cmd = [sys.executable, __file__, "--child", backend, name, mode, "--serve"]
-        self.proc = subprocess.Popen(cmd, env=_child_env(cache), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True)
+        return lockstep.ServingChild(cmd, _child_env(caches[backend]))
 
-    def ask(self, command):
-        try:
-            self.proc.stdin.write(command + "\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            pass  # it exited: reply() reports why
-        return self.reply()
-
-    def reply(self):
-        """The child's next JSON line (other output skipped), or its error once it exited."""
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                return json.loads(line)
-        self.proc.wait()
-        self.log.seek(0)
-        lines = self.log.read().strip().splitlines()
-        return {"error": lines[-1] if lines else f"exited with {self.proc.returncode}"}
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.log.close()
+    out = lockstep.run_round(start, backends, blocks)
+    for r in out.values():
+        if "step_s" in r:
+            r["steps_per_s"] = 1 / r.pop("step_s")
+    return out
 
 
 def _child_env(cache):
@@ -280,7 +217,7 @@ def table(results, args):
         f"{os.cpu_count()} cores). Each backend first runs {args.steps} steps in a process of its own with an empty "
         "compile cache (compile times, peak RSS, executions per step), the backends one after another; then, in "
         f"{args.rounds - 1} lock-step round(s), every backend's process runs on the cache its first filled (the cached "
-        f"column), and the processes take turns: {args.blocks} blocks of ~{BLOCK_SECONDS} s of steps each, one process "
+        f"column), and the processes take turns: {args.blocks} blocks of ~{lockstep.BLOCK_SECONDS} s of steps each, one process "
         "running while the others wait, so that this shared machine's slow stretches (its speed moved by up to 2x "
         "between minutes) fall on all backends alike. Steps/s is the median step of those blocks (the best round's). "
         "`/ eager` is the ratio to CPU "

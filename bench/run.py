@@ -2,11 +2,13 @@
 
     .venv/bin/python bench/run.py [--skip-inductor]
 
-Every workload runs in a fresh process per backend (pjrt lazy, pjrt with
+Every workload first runs in a fresh process per backend (pjrt lazy, pjrt with
 torch.compile(backend="pjrt"), pjrt with torch.accelerator.Graph, CPU eager, torch.compile/inductor
-on the CPU) with a fresh, empty compile cache, so first-step times include compilation; each twice,
-in two rounds, rates and times the better of the two (`BEST_OF_TWO`). Ratios are against CPU eager
-from the same run.
+on the CPU) with fresh, empty compile caches (pjrt's and inductor's), the backends one after
+another: first steps, peak RSS, host times per step and counts. Then its rates come from a
+lock-step round (bench/lockstep.py, `LOCKSTEP_RATES`): a process per backend on the caches the
+first filled, the processes taking turns at blocks of steps, so that this shared machine's slow
+stretches fall on all backends alike. Ratios are against CPU eager from the same run.
 """
 
 import argparse
@@ -19,19 +21,45 @@ import subprocess
 import sys
 import tempfile
 
+import lockstep
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = sys.executable
+LOCKSTEP_BLOCKS = 10  # blocks per backend in a workload's lock-step round
 
 
-def run_workload(workload, backend, env=None):
-    full_env = dict(os.environ)
-    full_env["TORCH_PJRT_CACHE_DIR"] = tempfile.mkdtemp(prefix="torch_pjrt_bench_cache_")
-    full_env.update(env or {})
+def child_env(cache):
+    return dict(os.environ, TORCH_PJRT_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache)
+
+
+def run_workload(workload, backend, cache):
+    """The cold process: `workload` on `backend` with the compile caches in `cache` (empty)."""
     proc = subprocess.run([PY, os.path.join(HERE, "workloads.py"), workload, backend],
-                          capture_output=True, text=True, env=full_env, timeout=1800)
+                          capture_output=True, text=True, env=child_env(cache), timeout=1800)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def lockstep_rates(workload, backends, caches, blocks=LOCKSTEP_BLOCKS):
+    """One lock-step round of `workload` over `backends`, each on the caches its cold process
+    filled: each backend's rates over the median unit of its blocks, or its error."""
+    def start(backend):
+        cmd = [PY, os.path.join(HERE, "workloads.py"), workload, backend, "--serve"]
+        return lockstep.ServingChild(cmd, child_env(caches[backend]))
+
+    return lockstep.run_round(start, backends, blocks)
+
+
+def run_all(workload, backends, root):
+    """Every backend's cold process, then the lock-step round whose rates replace theirs
+    (`merge_lockstep`)."""
+    caches = {b: tempfile.mkdtemp(prefix=f"{workload}_{b}_", dir=root) for b in backends}
+    results = {b: run_workload(workload, b, caches[b]) for b in backends}
+    live = [b for b in backends if "error" not in results[b]]
+    for backend, steady in lockstep_rates(workload, live, caches).items():
+        merge_lockstep(results[backend], steady)
+    return results
 
 
 def import_times(runs=9):
@@ -105,18 +133,20 @@ ROWS = [
 ]
 
 
-# Rates and per-op or per-step times are the better of two processes, one in each of two rounds
-# over all workloads: this machine is shared, and a neighbour's burst can slow one process by
-# half. First steps, peak RSS and counts are the first process's.
-BEST_OF_TWO = {"steps_per_s": max, "images_per_s": max, "gflops": max, "us_per_op_trace": min,
-               "us_per_op_total": min, "us_per_call_total": min, "host_ms_per_step": min,
-               "host_cpu_ms_per_step": min}
+# The metrics a lock-step round measures (workloads.steady_unit's rates): this machine is shared,
+# and a neighbour's burst can slow one process by half, so they come from the round, where the
+# backends took turns. First steps, peak RSS, host times per step and counts are the cold
+# process's; its own rates stay in `cold`.
+LOCKSTEP_RATES = ("steps_per_s", "images_per_s", "gflops", "us_per_op_total", "us_per_call_total")
 
 
-def keep_better_rates(first, second):
-    for key, better in BEST_OF_TWO.items():
-        if key in first and key in second:
-            first[key] = better(first[key], second[key])
+def merge_lockstep(result, steady):
+    """`result` (a cold process's) with the lock-step round's rates, or the round's error."""
+    if "error" in steady:
+        result["lockstep_error"] = steady["error"]
+        return
+    result["cold"] = {k: result[k] for k in LOCKSTEP_RATES if k in result}
+    result.update({k: steady[k] for k in LOCKSTEP_RATES if k in steady})
 
 
 def main():
@@ -126,12 +156,10 @@ def main():
     backends = [b for b, _ in COLUMNS if not (args.skip_inductor and b == "inductor")]
     results = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
                "python": platform.python_version()}
-    for workload in WORKLOADS:
-        results[workload] = {b: run_workload(workload, b) for b in backends}
-        print(workload, json.dumps(results[workload]), flush=True)
-    for workload in WORKLOADS:  # the second round, after all of the first (see BEST_OF_TWO)
-        for b in backends:
-            keep_better_rates(results[workload][b], run_workload(workload, b))
+    with tempfile.TemporaryDirectory(prefix="torch_pjrt_bench_") as root:
+        for workload in WORKLOADS:
+            results[workload] = run_all(workload, backends, root)
+            print(workload, json.dumps(results[workload]), flush=True)
     results["import"] = import_times()
     print("import", results["import"], flush=True)
     results["first_op"] = {device: first_op_time(device) for device in ("pjrt", "cpu")}
@@ -146,9 +174,13 @@ def main():
         "# torch_pjrt benchmarks",
         "",
         f"Produced by `.venv/bin/python bench/run.py` on {r['date']} ({r['machine']}, Python {r['python']}).",
-        "Each workload runs in its own fresh process with an empty compile cache, twice (in two rounds",
-        "over all workloads): rates and per-op or per-step times are the better of the two processes',",
-        "first steps and peak RSS the first's. Ratios are against CPU eager from the same run. `pjrt compiled` is torch.compile(backend=\"pjrt\") on the pjrt",
+        "Each workload first runs in a fresh process per backend with empty compile caches (first steps,",
+        "peak RSS, host times per step, counts); its rates (steps, images or GFLOP per second, and µs per",
+        "op including the sync) then come from one lock-step round (bench/lockstep.py): a process per",
+        f"backend on the caches the first filled, taking turns at {LOCKSTEP_BLOCKS} blocks of",
+        f"~{lockstep.BLOCK_SECONDS} s each, so that the machine's slow stretches fall on all backends alike;",
+        "a rate is the backend's median unit over its blocks. Ratios are against CPU eager from the same",
+        "run. `pjrt compiled` is torch.compile(backend=\"pjrt\") on the pjrt",
         "device (each graph traced once, then replayed); `pjrt graph` is torch.accelerator.Graph (the",
         "whole step captured once after two lazy warm-up steps, then replayed: bench/graph_replay.py);",
         "`inductor` is torch.compile on the CPU.",
@@ -185,7 +217,8 @@ def main():
         f"| the pjrt first op imported torch._dynamo / sympy | {r['first_op']['pjrt']['dynamo']} / {r['first_op']['pjrt']['sympy']} |",
         "",
     ]
-    errors = {f"{w}/{b}": v["error"] for w in WORKLOADS for b, v in r[w].items() if "error" in v}
+    errors = {f"{w}/{b}{' (lock-step round)' if key == 'lockstep_error' else ''}": v[key]
+              for w in WORKLOADS for b, v in r[w].items() for key in ("error", "lockstep_error") if key in v}
     if errors:
         lines += ["Errors:", ""] + [f"- {k}: {v}" for k, v in errors.items()] + [""]
     with open(os.path.join(HERE, "results.md"), "w") as f:

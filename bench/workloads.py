@@ -18,7 +18,10 @@ import time
 import torch
 import torch.nn as nn
 
+import lockstep
 from graph_replay import graph_replayer
+
+WARMUP_UNITS = 4  # a lock-step child's units before it reports ready (pjrt-graph captures on the third)
 
 
 def device_of(backend):
@@ -45,10 +48,9 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def tracing(backend):
-    """1000 small elementwise ops then one sync: per-op cost in steady state."""
-    dev = device_of(backend)
-    x = torch.randn(16).to(dev)
+def chain(backend):
+    """The tracing workload's unit: 1000 small elementwise ops on 16 floats, as `backend` runs them."""
+    x = torch.randn(16).to(device_of(backend))
 
     def run():
         y = x
@@ -56,7 +58,15 @@ def tracing(backend):
             y = y * 0.999 + 0.5
         return y
 
-    fn = compiled(run, backend)
+    return compiled(run, backend)
+
+
+CHAIN_OPS = 2000  # ops per call of chain(): a multiply and an add per iteration
+
+
+def tracing(backend):
+    """1000 small elementwise ops then one sync: per-op cost in steady state."""
+    fn = chain(backend)
     for _ in range(3):
         fn().cpu()
     trace, total = [], []
@@ -66,10 +76,10 @@ def tracing(backend):
         t1 = time.perf_counter()
         y.cpu()
         t2 = time.perf_counter()
-        trace.append((t1 - t0) / 2000 * 1e6)  # 2 ops per iteration
-        total.append((t2 - t0) / 2000 * 1e6)
+        trace.append((t1 - t0) / CHAIN_OPS * 1e6)
+        total.append((t2 - t0) / CHAIN_OPS * 1e6)
     out = {"us_per_op_trace": statistics.median(trace), "us_per_op_total": statistics.median(total),
-           "us_per_call_total": statistics.median(total) * 2000}
+           "us_per_call_total": statistics.median(total) * CHAIN_OPS}
     if backend.startswith("pjrt"):
         c0 = torch.pjrt.metrics.counters()
         fn().cpu()
@@ -113,8 +123,9 @@ def time_training(step, backend, warmup, n):
     return out
 
 
-def mlp(backend):
-    """MLP 784-2048-2048-10, batch 128, SGD with momentum; loss.item() every step."""
+def mlp_step(backend):
+    """MLP 784-2048-2048-10, batch 128, SGD with momentum: the training step as `backend` runs it,
+    returning its loss."""
     dev = device_of(backend)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
@@ -130,11 +141,20 @@ def mlp(backend):
         opt.step()
         return loss
 
-    return time_training(step, backend, warmup=5, n=40) | {"peak_rss_mb": peak_rss_mb()}
+    return step
 
 
-def cnn(backend):
-    """A small CNN, inference on 64 images of 3x32x32."""
+def mlp(backend):
+    """The MLP's training steps, loss.item() every step."""
+    return time_training(mlp_step(backend), backend, warmup=5, n=40) | {"peak_rss_mb": peak_rss_mb()}
+
+
+CNN_BATCH = 64
+
+
+def cnn_forward(backend):
+    """A small CNN's inference on 64 images of 3x32x32, as `backend` runs it: a call returns the
+    logits."""
     dev = device_of(backend)
     torch.manual_seed(0)
     model = nn.Sequential(
@@ -142,41 +162,65 @@ def cnn(backend):
         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Linear(128, 10)).to(dev).eval()
-    x = torch.randn(64, 3, 32, 32).to(dev)
+    x = torch.randn(CNN_BATCH, 3, 32, 32).to(dev)
     fn = compiled(model, backend)
-    with torch.no_grad():
-        for _ in range(3):
-            fn(x).cpu()
-        n = 100  # ~1 s on pjrt and inductor: 20 batches moved by 30% with this machine's load
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn(x).cpu()
-        elapsed = time.perf_counter() - t0
-    return {"images_per_s": n * 64 / elapsed}
+
+    def forward():
+        with torch.no_grad():
+            return fn(x)
+
+    return forward
 
 
-def matmul(backend):
-    """1024x1024 float32 matmul, GFLOP/s (each product is materialized)."""
+def cnn(backend):
+    """The small CNN's inference, each batch's logits read."""
+    forward = cnn_forward(backend)
+    for _ in range(3):
+        forward().cpu()
+    n = 100  # ~1 s on pjrt and inductor: 20 batches moved by 30% with this machine's load
+    t0 = time.perf_counter()
+    for _ in range(n):
+        forward().cpu()
+    elapsed = time.perf_counter() - t0
+    return {"images_per_s": n * CNN_BATCH / elapsed}
+
+
+MATMUL_FLOP = 2 * 1024 ** 3
+
+
+def matmul_product(backend):
+    """A call makes one 1024x1024 float32 product, materialized (synchronized on pjrt)."""
     dev = device_of(backend)
     a = torch.randn(1024, 1024).to(dev)
     b = torch.randn(1024, 1024).to(dev)
     fn = compiled(torch.mm, backend)
-    for _ in range(3):
+
+    def product():
         r = fn(a, b)
         sync(backend)
+        return r
+
+    return product
+
+
+def matmul(backend):
+    """1024x1024 float32 matmul, GFLOP/s."""
+    product = matmul_product(backend)
+    for _ in range(3):
+        product()
     n = 20
     t0 = time.perf_counter()
     for _ in range(n):
-        r = fn(a, b)
-        sync(backend)
+        r = product()
     r.cpu()
     elapsed = time.perf_counter() - t0
-    return {"gflops": 2 * 1024 ** 3 * n / elapsed / 1e9}
+    return {"gflops": MATMUL_FLOP * n / elapsed / 1e9}
 
 
-def gpt(backend):
-    """examples/gpt.py's model (4 layers, width 128), batch 16 x 64 tokens, AdamW; the whole
-    training step (forward, backward, optimizer) is what inductor and the pjrt backend compile."""
+def gpt_step(backend):
+    """examples/gpt.py's model (4 layers, width 128), batch 16 x 64 tokens, AdamW: the training
+    step as `backend` runs it, returning its loss (the whole step, forward, backward and optimizer,
+    is what inductor and the pjrt backend compile)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
     import gpt as example
 
@@ -195,12 +239,37 @@ def gpt(backend):
         opt.step()
         return loss
 
-    return time_training(step, backend, warmup=4, n=12)
+    return step
+
+
+def gpt(backend):
+    """The GPT example's training steps, loss.item() every step."""
+    return time_training(gpt_step(backend), backend, warmup=4, n=12)
+
+
+def steady_unit(workload, backend):
+    """What a lock-step round (bench/lockstep.py) times for `workload`: one call of its unit (a
+    training step, a batch, a product, the 1000-op chain), its result read, and how the median
+    seconds of one unit become the rates bench/results.md shows."""
+    if workload in ("mlp", "gpt"):
+        step = compiled(mlp_step(backend) if workload == "mlp" else gpt_step(backend), backend)
+        return (lambda: step().item()), (lambda s: {"steps_per_s": 1 / s})
+    if workload == "cnn":
+        forward = cnn_forward(backend)
+        return (lambda: forward().cpu()), (lambda s: {"images_per_s": CNN_BATCH / s})
+    if workload == "matmul":
+        product = matmul_product(backend)
+        return product, (lambda s: {"gflops": MATMUL_FLOP / s / 1e9})
+    fn = chain(backend)
+    return (lambda: fn().cpu()), (lambda s: {"us_per_op_total": s / CHAIN_OPS * 1e6, "us_per_call_total": s * 1e6})
 
 
 WORKLOADS = {"tracing": tracing, "mlp": mlp, "gpt": gpt, "cnn": cnn, "matmul": matmul}
 
 if __name__ == "__main__":
     workload, backend = sys.argv[1], sys.argv[2]
-    result = WORKLOADS[workload](backend)
-    print(json.dumps(result))
+    if sys.argv[3:] == ["--serve"]:  # a lock-step round's child (bench/lockstep.py)
+        unit, rates = steady_unit(workload, backend)
+        lockstep.serve(unit, WARMUP_UNITS, rates)
+    else:
+        print(json.dumps(WORKLOADS[workload](backend)))

@@ -1,14 +1,14 @@
-"""The benchmarks' measuring protocol (bench/models.py, bench/run.py): bench/run.py runs every
-backend in several fresh processes, interleaved with the other backends', and keeps the best
-rate; bench/models.py times compiles and peak RSS in a cold-cache process per backend and the
-steady state in lock-step rounds, the backends' processes taking turns. No model runs here: the
-child processes are stood in for."""
+"""The benchmarks' measuring protocol (bench/models.py, bench/run.py, bench/lockstep.py): both
+time compiles and peak RSS in a cold-cache process per backend and the steady state in lock-step
+rounds, the backends' processes taking turns. No model runs here: the child processes are stood
+in for."""
+import io
+import json
 import os
 import sys
 
-import pytest
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+import lockstep  # noqa: E402  (bench/lockstep.py)
 import models  # noqa: E402  (bench/models.py)
 import run  # noqa: E402  (bench/run.py)
 
@@ -63,52 +63,101 @@ def test_models_a_failed_cold_process_is_reported_and_left_out_of_the_rounds(mon
     assert results["eager"]["steps_per_s"] == 8.0
 
 
-def test_models_lockstep_children_take_turns(monkeypatch, tmp_path):
-    """_lockstep against stand-in serving children: warm-up one after another, then blocks in
-    turn with the order reversed every other block, and a median step per backend."""
+class StandInChild:
+    """A serving child whose steps take 0.1 s (pjrt) or 0.2 s (others); logs what it is asked."""
+
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+        self.step = 0.1 if name == "pjrt" else 0.2
+        log.append(("start", name))
+
+    def reply(self):
+        return {"ready": True, "first_steps_s": [0.3, 0.01], "step_s": self.step}
+
+    def ask(self, command):
+        self.log.append((command, self.name))
+        if command == "done":
+            return {"peak_rss_mb": 1.0}
+        return {"times": [self.step] * int(command.split()[1])}
+
+    def close(self):
+        self.log.append(("close", self.name))
+
+
+def test_lockstep_children_take_turns():
+    """run_round: warm-up one after another, then blocks in turn with the order reversed every
+    other block, and a median step per child."""
     log = []
-
-    class Child:
-        def __init__(self, backend, name, mode, cache):
-            self.backend = backend
-            log.append(("start", backend))
-
-        def reply(self):
-            return {"ready": True, "first_steps_s": [0.3, 0.01], "step_s": 0.1 if self.backend == "pjrt" else 0.2}
-
-        def ask(self, command):
-            log.append((command, self.backend))
-            if command == "done":
-                return {"peak_rss_mb": 1.0}
-            step = 0.1 if self.backend == "pjrt" else 0.2
-            return {"times": [step] * int(command.split()[1])}
-
-        def close(self):
-            log.append(("close", self.backend))
-    monkeypatch.setattr(models, "_ServingChild", Child)
-    out = models._lockstep(["pjrt", "eager"], "gpt2", "train", {"pjrt": "a", "eager": "b"}, blocks=3)
-    per_block = {b: round(models.BLOCK_SECONDS / s) for b, s in (("pjrt", 0.1), ("eager", 0.2))}
+    out = lockstep.run_round(lambda name: StandInChild(name, log), ["pjrt", "eager"], blocks=3)
+    per_block = {b: round(lockstep.BLOCK_SECONDS / s) for b, s in (("pjrt", 0.1), ("eager", 0.2))}
     runs = [f"run {per_block['pjrt']}", f"run {per_block['eager']}"]
     assert log[:2] == [("start", "pjrt"), ("start", "eager")]
     assert log[2:8] == [(runs[0], "pjrt"), (runs[1], "eager"), (runs[1], "eager"), (runs[0], "pjrt"),
                         (runs[0], "pjrt"), (runs[1], "eager")]
-    assert out["pjrt"]["steps_per_s"] == 10.0 and out["eager"]["steps_per_s"] == 5.0
+    assert out["pjrt"]["step_s"] == 0.1 and out["eager"]["step_s"] == 0.2
     assert out["pjrt"]["first_steps_s"] == [0.3, 0.01] and out["eager"]["peak_rss_mb"] == 1.0
 
 
-def test_run_keeps_the_better_rate_and_time_and_the_first_compile_and_memory():
-    first = {"steps_per_s": 30.0, "host_ms_per_step": 2.0, "us_per_op_trace": 2.5, "gflops": 100.0,
-             "first_step_s": 0.5, "peak_rss_mb": 500.0, "executions_per_step": 2.0}
-    second = {"steps_per_s": 33.0, "host_ms_per_step": 2.4, "us_per_op_trace": 2.1, "gflops": 90.0,
-              "first_step_s": 0.4, "peak_rss_mb": 450.0, "executions_per_step": 3.0}
-    run.keep_better_rates(first, second)
-    assert first == {"steps_per_s": 33.0, "host_ms_per_step": 2.0, "us_per_op_trace": 2.1, "gflops": 100.0,
-                     "first_step_s": 0.5, "peak_rss_mb": 500.0, "executions_per_step": 2.0}
+def test_lockstep_a_child_that_fails_to_start_is_reported_and_the_others_run():
+    class Broken(StandInChild):
+        def reply(self):
+            return {"error": "ImportError: boom"}
+    log = []
+    out = lockstep.run_round(lambda name: (Broken if name == "pjrt" else StandInChild)(name, log),
+                             ["pjrt", "eager"], blocks=2)
+    assert out["pjrt"] == {"error": "ImportError: boom"}
+    assert out["eager"]["step_s"] == 0.2 and ("close", "pjrt") in log
 
 
-@pytest.mark.parametrize("key", sorted(run.BEST_OF_TWO))
-def test_run_best_of_two_covers_only_metrics_the_tables_show(key):
-    assert key in {row[2] for row in run.ROWS}
+def test_lockstep_serve_answers_blocks_then_reports_the_median(monkeypatch, capsys):
+    """The child's side: ready after the warm-up, one line of times per block, then the report of
+    the median step over all blocks."""
+    calls = []
+    monkeypatch.setattr(sys, "stdin", io.StringIO("run 3\nrun 2\ndone\n"))
+    lockstep.serve(lambda: calls.append(1), 2, lambda median: {"median_is_number": median >= 0})
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["ready"] and len(lines[0]["first_steps_s"]) == 2
+    assert [len(line["times"]) for line in lines[1:3]] == [3, 2]
+    assert lines[3] == {"median_is_number": True} and len(calls) == 2 + 3 + 2
+
+
+def test_models_lockstep_gives_steps_per_second(monkeypatch):
+    log = []
+    monkeypatch.setattr(lockstep, "ServingChild", lambda cmd, env: StandInChild(cmd[3], log))
+    out = models._lockstep(["pjrt", "eager"], "gpt2", "train", {"pjrt": "a", "eager": "b"}, blocks=3)
+    assert out["pjrt"]["steps_per_s"] == 10.0 and out["eager"]["steps_per_s"] == 5.0
+    assert "step_s" not in out["pjrt"]
+
+
+def test_run_rates_come_from_the_lockstep_round_and_the_rest_from_the_cold_process(monkeypatch, tmp_path):
+    cold = {"pjrt": {"steps_per_s": 30.0, "host_ms_per_step": 2.0, "first_step_s": 0.5, "peak_rss_mb": 500.0},
+            "eager": {"steps_per_s": 20.0, "host_ms_per_step": 9.0, "first_step_s": 0.1, "peak_rss_mb": 400.0},
+            "inductor": {"error": "boom"}}
+    calls = []
+
+    def workload(name, backend, cache):
+        calls.append(("cold", backend, cache))
+        return dict(cold[backend])
+
+    def round_(name, backends, caches):
+        calls.append(("lockstep", list(backends), dict(caches)))
+        return {"pjrt": {"steps_per_s": 25.0, "peak_rss_mb": 1.0, "first_steps_s": [0.1, 0.01]},
+                "eager": {"error": "killed"}}
+    monkeypatch.setattr(run, "run_workload", workload)
+    monkeypatch.setattr(run, "lockstep_rates", round_)
+    results = run.run_all("mlp", ["pjrt", "eager", "inductor"], str(tmp_path))
+    # The round runs the backends whose cold process succeeded, on the caches those filled.
+    assert calls[3][:2] == ("lockstep", ["pjrt", "eager"])
+    assert {b: calls[3][2][b] for b in calls[3][1]} == {b: c for _, b, c in calls[:2]} and calls[0][2] != calls[1][2]
+    assert results["pjrt"] == {"steps_per_s": 25.0, "host_ms_per_step": 2.0, "first_step_s": 0.5,
+                               "peak_rss_mb": 500.0, "cold": {"steps_per_s": 30.0}}
+    assert results["eager"]["steps_per_s"] == 20.0 and results["eager"]["lockstep_error"] == "killed"
+    assert results["inductor"] == {"error": "boom"}
+
+
+def test_run_lockstep_rates_are_metrics_the_tables_show():
+    shown = {row[2] for row in run.ROWS}
+    assert set(run.LOCKSTEP_RATES) <= shown
 
 
 def test_threads_configurations_interleave_and_keep_the_best_time(monkeypatch):
