@@ -118,6 +118,7 @@ COLUMNS = [("pjrt", "pjrt (lazy)"), ("pjrt-compiled", "pjrt compiled"), ("pjrt-g
 ROWS = [
     ("tracing", "tracing (1000 small elementwise ops, then one sync): µs per op, traced or run", "us_per_op_trace", 2),
     ("tracing", "tracing, including the sync: µs per op", "us_per_op_total", 2),
+    ("tracing", "the same chain in place (`y.mul_(0.999).add_(0.5)`): µs per op, traced or run", "us_per_op_trace_in_place", 2),
     ("tracing", "the same 1000-op chain: µs per call, including the sync", "us_per_call_total", 1),
     ("mlp", "MLP 784-2048-2048-10, batch 128, SGD+momentum: training steps/s", "steps_per_s", 1),
     ("mlp", "MLP: host ms per step (the step call, before its loss is read), wall", "host_ms_per_step", 2),

@@ -48,14 +48,15 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def chain(backend):
-    """The tracing workload's unit: 1000 small elementwise ops on 16 floats, as `backend` runs them."""
+def chain(backend, in_place=False):
+    """The tracing workload's unit: 1000 small elementwise ops on 16 floats (`y * 0.999 + 0.5`, or
+    `y.mul_(0.999).add_(0.5)` on a copy), as `backend` runs them."""
     x = torch.randn(16).to(device_of(backend))
 
     def run():
-        y = x
+        y = x.clone() if in_place else x
         for _ in range(1000):
-            y = y * 0.999 + 0.5
+            y = y.mul_(0.999).add_(0.5) if in_place else y * 0.999 + 0.5
         return y
 
     return compiled(run, backend)
@@ -64,9 +65,9 @@ def chain(backend):
 CHAIN_OPS = 2000  # ops per call of chain(): a multiply and an add per iteration
 
 
-def tracing(backend):
-    """1000 small elementwise ops then one sync: per-op cost in steady state."""
-    fn = chain(backend)
+def traced_op_times(fn):
+    """µs per op of `fn` (CHAIN_OPS ops): the call alone (traced or run) and with its result read,
+    medians of 15 calls after 3 warm-up calls."""
     for _ in range(3):
         fn().cpu()
     trace, total = [], []
@@ -78,8 +79,16 @@ def tracing(backend):
         t2 = time.perf_counter()
         trace.append((t1 - t0) / CHAIN_OPS * 1e6)
         total.append((t2 - t0) / CHAIN_OPS * 1e6)
-    out = {"us_per_op_trace": statistics.median(trace), "us_per_op_total": statistics.median(total),
-           "us_per_call_total": statistics.median(total) * CHAIN_OPS}
+    return statistics.median(trace), statistics.median(total)
+
+
+def tracing(backend):
+    """1000 small elementwise ops then one sync: per-op cost in steady state; and the same chain
+    of in-place ops (each checked for overlap with what it reads, as CPU eager checks)."""
+    fn = chain(backend)
+    trace, total = traced_op_times(fn)
+    out = {"us_per_op_trace": trace, "us_per_op_total": total, "us_per_call_total": total * CHAIN_OPS,
+           "us_per_op_trace_in_place": traced_op_times(chain(backend, in_place=True))[0]}
     if backend.startswith("pjrt"):
         c0 = torch.pjrt.metrics.counters()
         fn().cpu()

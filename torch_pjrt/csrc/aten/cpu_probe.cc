@@ -142,7 +142,8 @@ bool IsKeyedArgRefusal(const CpuRefusal& e) {
 
 constexpr int64_t kMaxOverlapProbeElements = 1 << 24;
 
-void ForEachTensor(const c10::IValue& iv, const std::function<void(const at::Tensor&)>& f) {
+template <typename F>
+void ForEachTensor(const c10::IValue& iv, F&& f) {
   if (iv.isTensor()) {
     if (iv.toTensor().defined()) f(iv.toTensor());
   } else if (iv.isTensorList()) {
@@ -176,29 +177,38 @@ bool FullyOverlap(const at::Tensor& a, const at::Tensor& b) {
          a.sizes() == b.sizes() && a.strides() == b.strides() && a.itemsize() == b.itemsize();
 }
 
-// How the tensors a call writes overlap themselves and what it reads. Linear in the number of
-// tensors (a _foreach_ op writes hundreds): only tensors on a storage some written tensor uses are
-// compared with it. A written argument is not compared with itself (self of an in-place op).
+// Orders tensors by their storage, and finds those on a storage among them.
+struct StorageOrder {
+  static const c10::StorageImpl* Of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
+  bool operator()(const at::Tensor& a, const at::Tensor& b) const { return std::less<>()(Of(a), Of(b)); }
+  bool operator()(const at::Tensor& a, const c10::StorageImpl* s) const { return std::less<>()(Of(a), s); }
+  bool operator()(const c10::StorageImpl* s, const at::Tensor& a) const { return std::less<>()(s, Of(a)); }
+};
+
+// How the tensors a call writes overlap themselves and what it reads. A _foreach_ op writes
+// hundreds, so the written tensors are sorted by storage and each argument looks up those on its
+// own storage (n log n, and no allocation for an in-place op's one written tensor: this runs for
+// every in-place and out= op traced). A written argument is not compared with itself (self of an
+// in-place op).
 WriteOverlap ClassifyWriteOverlap(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
-  std::unordered_map<const c10::StorageImpl*, std::vector<at::Tensor>> written;
-  for (const at::Tensor& w : WrittenTensors(sig, args)) {
-    if (!IsPjrt(w)) continue;
+  c10::SmallVector<at::Tensor, 4> written = WrittenTensors(sig, args);
+  written.erase(std::remove_if(written.begin(), written.end(), [](const at::Tensor& w) { return !IsPjrt(w); }),
+                written.end());
+  for (const at::Tensor& w : written) {
     if (at::has_internal_overlap(w) == at::MemOverlap::Yes) return {WriteOverlap::kOther, -1};
-    written[w.storage().unsafeGetStorageImpl()].push_back(w);
   }
+  std::sort(written.begin(), written.end(), StorageOrder());
   WriteOverlap found{WriteOverlap::kNone, -1};
   const std::vector<int>& writes = sig.writes();
   for (size_t i = 0; i < sig.num_functional_args && found.kind != WriteOverlap::kOther && !written.empty(); ++i) {
     bool is_written = std::find(writes.begin(), writes.end(), static_cast<int>(i)) != writes.end();
     ForEachTensor(args[i], [&](const at::Tensor& t) {
       if (found.kind == WriteOverlap::kOther || !t.has_storage()) return;
-      auto it = written.find(t.storage().unsafeGetStorageImpl());
-      if (it == written.end()) return;
-      for (const at::Tensor& w : it->second) {
-        if (PartlyOverlap(w, t)) {
+      auto [begin, end] = std::equal_range(written.begin(), written.end(), StorageOrder::Of(t), StorageOrder());
+      for (auto w = begin; w != end; ++w) {
+        if (PartlyOverlap(*w, t)) {
           found = {WriteOverlap::kOther, -1};
-        } else if (!is_written && FullyOverlap(w, t) &&
-                   found.kind == WriteOverlap::kNone) {
+        } else if (!is_written && FullyOverlap(*w, t) && found.kind == WriteOverlap::kNone) {
           found = {WriteOverlap::kFull, static_cast<int>(i)};
         }
       }
