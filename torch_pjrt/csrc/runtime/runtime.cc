@@ -43,9 +43,11 @@ struct State {
 // ~1.3), and each worker holds ~100 MB.
 constexpr size_t kMaxCompileWorkers = 2;
 
-// Programs this small compile here while the worker is still starting: the first op after start
-// should not wait for a second process (a few hundred bytes compile in milliseconds).
-constexpr size_t kWaitForWorkerBytes = 32 << 10;
+// A program this large that finds every worker busy starts another (up to kMaxCompileWorkers);
+// smaller ones wait for a worker. Every program waits for a worker still starting rather than
+// compiling here: a compile in this process pages in ~30 MB of the plugin's compiler code, which
+// stays in its RSS, for ~20 ms saved once (docs/design.md, "Compiling in a worker process").
+constexpr size_t kSecondWorkerBytes = 32 << 10;
 
 // Leaked on purpose: destroying PJRT objects from static destructors races with the plugin's own
 // teardown. Orderly destruction happens in ShutdownClient (called at interpreter exit).
@@ -249,30 +251,26 @@ std::optional<bool> SlotStarted(const State::WorkerSlot& slot, std::string* lost
   }
 }
 
-// Takes a compile worker for one program of `bytes` bytes of StableHLO: a free one that has
-// started, or (for a program too large to compile here while workers start) any free one, else a
-// new one while there are fewer than kMaxCompileWorkers, else the next to be freed. Null: compile
-// here (no worker, or only workers still starting for a small program). Under `lock`; `lost`
-// receives why a worker was dropped.
+// Takes a compile worker for one program of `bytes` bytes of StableHLO: a free one (started or
+// still starting: its compile waits for the start), else for a large program a new one while
+// there are fewer than kMaxCompileWorkers, else the next to be freed. Null: compile here (no
+// worker left). Under `lock`; `lost` receives why a worker was dropped.
 CompileWorker* AcquireWorker(State& s, std::unique_lock<std::mutex>& lock, size_t bytes, std::string* lost) {
-  const bool large = bytes >= kWaitForWorkerBytes;
+  const bool large = bytes >= kSecondWorkerBytes;
   for (;;) {
-    bool any_started = false;
     for (auto slot = s.workers.begin(); slot != s.workers.end();) {
-      std::optional<bool> started = SlotStarted(*slot, lost);
-      if (!started) {  // gone: dropped, and no new worker after one died
+      if (!SlotStarted(*slot, lost)) {  // gone: dropped, and no new worker after one died
         slot = s.workers.erase(slot);
         s.worker_config.reset();
         continue;
       }
-      any_started = any_started || *started;
-      if (!slot->busy && (*started || large)) {
+      if (!slot->busy) {
         slot->busy = true;
         return slot->worker.get();
       }
       ++slot;
     }
-    if (s.workers.empty() || (!large && !any_started)) return nullptr;
+    if (s.workers.empty()) return nullptr;
     if (large && s.workers.size() < kMaxCompileWorkers && s.worker_config) {
       auto worker = SpawnCompileWorker(s, *s.worker_config);
       if (worker) {
