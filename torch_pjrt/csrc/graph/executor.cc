@@ -8,15 +8,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <future>
-#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <unordered_map>
 
 #include "graph/compile_cache.h"

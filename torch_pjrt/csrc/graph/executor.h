@@ -81,6 +81,12 @@ struct LaunchDonations {
   }
 };
 
+// Whether a lazy training step's launches that miss the cache leave their programs compiling on
+// threads of their own while the step goes on tracing (TORCH_PJRT_BACKGROUND_COMPILES=0: no; the
+// setter is for side-by-side measurements).
+bool BackgroundCompiles();
+void SetBackgroundCompiles(bool on);
+
 // Launches `compiled` on `device` with `arguments` (held until it finished), the one launch of
 // the lazy path and of a capture's replay: frees the caller's OpenMP team first where the program
 // may call host kernels (runtime/openmp.h), times the launch and counts it and its donated
@@ -89,12 +95,6 @@ struct LaunchDonations {
 // unless an execution still reads it (then PJRT copies it). Where the program is still compiling
 // (BackgroundCompiles), the launch is queued for the launch thread (runtime/launch_queue.h) and
 // the results are buffers whose handles come with it.
-// Whether a lazy training step's launches that miss the cache leave their programs compiling on
-// threads of their own while the step goes on tracing (TORCH_PJRT_BACKGROUND_COMPILES=0: no; the
-// setter is for side-by-side measurements).
-bool BackgroundCompiles();
-void SetBackgroundCompiles(bool on);
-
 std::vector<std::shared_ptr<runtime::Buffer>> Launch(const CompiledGraph& compiled,
                                                      std::vector<std::shared_ptr<runtime::Buffer>> arguments,
                                                      int device, LaunchDonations d);

@@ -239,15 +239,16 @@ std::shared_ptr<Client> SmallProgramClient(State& s) {
   return s.small_client;
 }
 
-// Whether `slot`'s worker has started; nothing where it is gone (`lost` says why). A busy one's
-// compile reports its loss.
-std::optional<bool> SlotStarted(const State::WorkerSlot& slot, std::string* lost) {
+// Whether `slot`'s worker is still there (false: gone, `lost` says why). A busy one's compile
+// reports its loss.
+bool SlotAlive(const State::WorkerSlot& slot, std::string* lost) {
   try {
-    return slot.worker->Started();  // also finds a worker that exited before it started
+    slot.worker->Started();  // also finds a worker that exited before it started
+    return true;
   } catch (const CompileWorkerLost& e) {
     if (slot.busy) return true;
     *lost = e.what();
-    return std::nullopt;
+    return false;
   }
 }
 
@@ -259,7 +260,7 @@ CompileWorker* AcquireWorker(State& s, std::unique_lock<std::mutex>& lock, size_
   const bool large = bytes >= kSecondWorkerBytes;
   for (;;) {
     for (auto slot = s.workers.begin(); slot != s.workers.end();) {
-      if (!SlotStarted(*slot, lost)) {  // gone: dropped, and no new worker after one died
+      if (!SlotAlive(*slot, lost)) {  // dropped, and no new worker after one died
         slot = s.workers.erase(slot);
         s.worker_config.reset();
         continue;

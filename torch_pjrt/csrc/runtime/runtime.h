@@ -80,9 +80,9 @@ const std::map<std::string, std::string>& ActiveCapabilities();
 
 // Compiles a program for `client` (one of PeekClients()): a portable one (no `replica_devices`) in a
 // compile worker when there is one, else here. Thread-safe: each worker compiles one program at a
-// time, and a large program that finds every worker busy starts a second one (at most two). A
-// small program does not wait for a worker that is still starting. `serialized` receives the
-// worker's serialized executable (what the disk cache must store: the CPU plugin re-serializes a
+// time, and a large program that finds every worker busy starts a second one (at most two); a
+// worker that is still starting is waited for. `serialized` receives the worker's serialized
+// executable (what the disk cache must store: the CPU plugin re-serializes a
 // loaded executable without its code), and stays empty when the program compiled here. Throws
 // PjrtError with the compiler's message on a bad program; a worker that died is reported once as a
 // warning and replaced by compiling here.
