@@ -135,6 +135,32 @@ def test_a_worker_that_never_starts_is_replaced_by_compiling_here():
     assert "status -1 0" in out
 
 
+def test_a_worker_whose_start_hangs_is_given_up_and_ended():
+    """A worker that neither reports its start nor exits (a plugin whose client start blocks) is
+    given up after TORCH_PJRT_COMPILE_WORKER_START_TIMEOUT: the waiting compile runs here, with a
+    warning, and the worker process is ended. Without the timeout the first op hangs."""
+    out = run_script("""
+        from torch_pjrt.backends import registry
+        registry._WORKER_CODE = "import time; time.sleep(600)"  # never replies, never exits
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x = torch.ones(1, device="pjrt")  # starts the client and the worker
+            pid = _C._compile_worker_status()["pid"]
+            t0 = time.monotonic()
+            got = (x * 2).cpu()
+            waited = time.monotonic() - t0
+        assert got.tolist() == [2.0]
+        print("warned", any("did not start within 1.5 s" in str(w.message) for w in caught))
+        print("waited", 1.0 < waited < 60)
+        print("worker gone", not os.path.exists(f"/proc/{pid}"))
+        print("status", _C._compile_worker_status()["pid"], counter("CompilesInWorker"))
+        """, TORCH_PJRT_COMPILE_WORKER_START_TIMEOUT="1.5")
+    assert "warned True" in out
+    assert "waited True" in out
+    assert "worker gone True" in out
+    assert "status -1 0" in out
+
+
 def test_worker_can_be_turned_off():
     out = run_script("""
         x = torch.randn(fresh_size(), 2)

@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "runtime/ffi.h"
@@ -44,12 +46,27 @@ pid_t Spawn(const std::vector<std::string>& argv, int child_requests, int child_
   return pid;
 }
 
+// Whether `fd` has something to read (data or its end) before `deadline`.
+bool ReadableBefore(int fd, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1 << 30)));
+    if (rc > 0) return true;
+    if (rc == 0 && left.count() <= 0) return false;
+    if (rc < 0 && errno != EINTR) return true;  // let the read report the broken pipe
+  }
+}
+
 }  // namespace
 
 CompileWorker::CompileWorker(const std::vector<std::string>& argv, const std::string& plugin_name,
                              const std::string& library_path, const std::vector<NamedOption>& options,
-                             const std::map<std::string, std::string>& small_program_environment)
-    : plugin_name_(plugin_name) {
+                             const std::map<std::string, std::string>& small_program_environment,
+                             std::chrono::milliseconds start_timeout)
+    : start_deadline_(std::chrono::steady_clock::now() + start_timeout),
+      start_timeout_(start_timeout),
+      plugin_name_(plugin_name) {
   if (argv.empty()) throw CompileWorkerLost("compile worker: empty command");
   int to_worker[2], from_worker[2];
   MakePipe(to_worker);
@@ -91,6 +108,12 @@ bool CompileWorker::Started() {
 
 void CompileWorker::AwaitStart() {
   if (started_) return;
+  if (!ReadableBefore(replies_, start_deadline_)) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%g", start_timeout_.count() / 1000.0);
+    throw CompileWorkerLost(std::string("the compile worker did not start within ") + seconds +
+                            " s (TORCH_PJRT_COMPILE_WORKER_START_TIMEOUT)");
+  }
   std::vector<std::string> reply;
   if (!worker::ReadMessage(replies_, 2, &reply)) {
     throw CompileWorkerLost("the compile worker exited before it started (its stderr says why)");

@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,9 +31,12 @@ class CompileWorker {
   // descriptors 3, its requests, and 4, its replies) and sends it the plugin to load, with the
   // environment the parent's small programs' client started under (empty: it has none). Does not
   // wait for it to start. Throws CompileWorkerLost when the process cannot be spawned.
+  // A worker that has not reported its start `start_timeout` after its spawn is given up as lost
+  // when a compile waits for it (a plugin whose client start hangs must not hang every compile).
   CompileWorker(const std::vector<std::string>& argv, const std::string& plugin_name,
                 const std::string& library_path, const std::vector<NamedOption>& options,
-                const std::map<std::string, std::string>& small_program_environment);
+                const std::map<std::string, std::string>& small_program_environment,
+                std::chrono::milliseconds start_timeout);
   ~CompileWorker();
   CompileWorker(const CompileWorker&) = delete;
   CompileWorker& operator=(const CompileWorker&) = delete;
@@ -55,6 +59,8 @@ class CompileWorker {
   int requests_ = -1;  // our end of the worker's fd 3
   int replies_ = -1;   // our end of the worker's fd 4
   bool started_ = false;
+  std::chrono::steady_clock::time_point start_deadline_;
+  std::chrono::milliseconds start_timeout_;
   std::string plugin_name_;
 };
 

@@ -122,12 +122,22 @@ void Warn(State& s, const std::string& message) {
   if (warn) warn(message);  // Python warnings: no lock held
 }
 
+// How long a compile waits for a worker to report its start before compiling here instead
+// (TORCH_PJRT_COMPILE_WORKER_START_TIMEOUT, seconds). A worker's client starts in 0.1-0.5 s, a few
+// seconds on a loaded machine; one whose start hangs must not hang every compile.
+std::chrono::milliseconds WorkerStartTimeout() {
+  const char* env = std::getenv("TORCH_PJRT_COMPILE_WORKER_START_TIMEOUT");
+  double seconds = env ? std::atof(env) : 0;
+  if (!(seconds > 0)) seconds = 60;
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
 // Starts a compile worker for `config`'s plugin; null (with a warning) where it cannot be spawned.
 std::unique_ptr<CompileWorker> SpawnCompileWorker(State& s, const PluginConfig& config) {
   try {
     // The worker starts its twin of the small programs' client when it is first asked for it.
     return std::make_unique<CompileWorker>(config.compile_worker, config.name, config.library_path, config.options,
-                                           config.small_program_env);
+                                           config.small_program_env, WorkerStartTimeout());
   } catch (const CompileWorkerLost& e) {
     Warn(s, std::string(e.what()) + " -- compiling in this process");
     return nullptr;
