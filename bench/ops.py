@@ -41,6 +41,17 @@ def ids():
     return torch.randint(0, V, (TOKENS,))
 
 
+def rotary(x):
+    """transformers' Llama rotary embedding of x [batch, heads, seq, dim]: cos and sin of the
+    positions times the inverse frequencies, made each call, as the model makes them each step."""
+    dim, seq = x.shape[-1], x.shape[-2]
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=x.device).float() / dim))
+    freqs = torch.arange(seq, device=x.device).float()[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], -1).expand(x.shape[0], seq, dim)[:, None]
+    rotated = torch.cat([-x[..., dim // 2:], x[..., : dim // 2]], -1)
+    return x * emb.cos() + rotated * emb.sin()
+
+
 # name -> (function, inputs made on the CPU); the same seed makes both devices' inputs.
 BLOCKS = {
     "row max ([512, 1000] logits)": (lambda x: x.amax(-1), lambda: [t(TOKENS, V)]),
@@ -59,6 +70,9 @@ BLOCKS = {
     "embedding fwd+bwd": (lambda w, i: grads(F.embedding(i, w), w), lambda: [t(V, D, grad=True), ids()]),
     "linear 128->512 fwd+bwd": (lambda x, w, b: grads(F.linear(x, w, b), x, w, b),
                                 lambda: [t(TOKENS, D, grad=True), t(4 * D, D, grad=True), t(4 * D, grad=True)]),
+    "sin ([512, 1000])": (lambda x: x.sin(), lambda: [t(TOKENS, V)]),
+    "rotary embedding fwd+bwd (Llama's cos/sin, [8, 4, 64, 32])": (
+        lambda q, k: grads(rotary(q) * rotary(k), q, k), lambda: [t(B, 4, S, 32, grad=True) for _ in range(2)]),
     "causal attention fwd+bwd": (
         lambda q, k, v: grads(F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v),
         lambda: [t(B, 4, S, 32, grad=True) for _ in range(3)]),

@@ -327,7 +327,7 @@ std::vector<Val> LowerUnary(LowerCtx& c) {
 }
 constexpr char kNeg[] = "negate", kExp[] = "exponential", kExpm1[] = "exponential_minus_one",
                kLog[] = "log", kLog1p[] = "log_plus_one", kSqrt[] = "sqrt", kRsqrt[] = "rsqrt",
-               kSin[] = "sine", kCos[] = "cosine", kTan[] = "tan", kTanh[] = "tanh",
+               kTanh[] = "tanh",
                kSigmoid[] = "logistic", kAbs[] = "abs", kNot[] = "not",
                kRound[] = "round_nearest_even", kCbrt[] = "cbrt";
 
@@ -747,9 +747,6 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("log1p", LowerUnary<kLog1p>);
   r.Add("sqrt", LowerUnary<kSqrt>);
   r.Add("rsqrt", LowerUnary<kRsqrt>);
-  r.Add("sin", LowerUnary<kSin>);
-  r.Add("cos", LowerUnary<kCos>);
-  r.Add("tan", LowerUnary<kTan>);
   r.Add("tanh", LowerUnary<kTanh>);
   r.Add("sigmoid", LowerUnary<kSigmoid>);
   r.Add("erf", LowerErf);

@@ -1078,6 +1078,23 @@ std::vector<Val> Emitter::While(const std::vector<Val>& init, const RegionBody& 
   return results;
 }
 
+std::vector<Val> Emitter::If(const Val& pred, const RegionBody& on_true, const RegionBody& on_false) {
+  std::vector<TensorType> types;
+  std::string true_block = Block({}, [&](Emitter& e, const std::vector<Val>&) {
+    std::vector<Val> results = on_true(e, {});
+    for (const Val& v : results) types.push_back(v.type);
+    return results;
+  });
+  std::string false_block = Block({}, on_false);
+  std::string lhs;
+  std::vector<Val> results = NewResults(types, &lhs);
+  std::string type_list;
+  for (size_t i = 0; i < types.size(); ++i) type_list += (i ? ", " : "") + TypeString(results[i]);
+  Line(lhs + " = \"stablehlo.if\"(" + Name(pred) + ") ({\n" + true_block + "    }, {\n" + false_block +
+       "    }) : (" + TypeString(pred) + ") -> (" + type_list + ")");
+  return results;
+}
+
 std::vector<Val> Emitter::EmitCustomCall(const std::string& target, const std::vector<Val>& operands,
                                          const std::vector<TensorType>& results, const std::string& attributes) {
   std::string lhs;

@@ -161,6 +161,9 @@ class Emitter {
   // stablehlo.while over the loop-carried values `init`: `cond` gets them and returns one 0-d i1,
   // `body` gets them and returns their next values (same types).
   std::vector<Val> While(const std::vector<Val>& init, const RegionBody& cond, const RegionBody& body);
+  // stablehlo.if on a 0-d i1: each branch (no block arguments; it reads values from outside)
+  // returns values of the same types; only the taken branch runs.
+  std::vector<Val> If(const Val& pred, const RegionBody& on_true, const RegionBody& on_false);
   // stablehlo.custom_call @target with a string backend_config, for calls the compiler expands
   // itself (XLA's "Qr", "Eigh", "ProductOfElementaryHouseholderReflectors").
   std::vector<Val> CustomCall(const std::string& target, const std::vector<Val>& operands,

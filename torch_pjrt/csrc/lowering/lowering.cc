@@ -191,6 +191,7 @@ const TableData& Data() {
     RegisterInternalOps(r);
     RegisterCollectiveOps(r);
     RegisterElementwiseOps(r);
+    RegisterTrigonometricOps(r);
     RegisterActivationOps(r);
     RegisterLossOps(r);
     RegisterDistanceOps(r);

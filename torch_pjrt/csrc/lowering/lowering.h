@@ -259,6 +259,7 @@ void RegisterSortingOps(Registry& r);
 void RegisterScanOps(Registry& r);
 void RegisterScatterReduceOps(Registry& r);
 void RegisterSpecialOps(Registry& r);
+void RegisterTrigonometricOps(Registry& r);  // trigonometric.cc: sin, cos, tan
 void RegisterPolynomialOps(Registry& r);
 void RegisterBesselOps(Registry& r);
 void RegisterIncompleteGammaOps(Registry& r);
