@@ -242,6 +242,7 @@ class Emitter {
   Val RawBinary(std::string_view op, const Val& a, const Val& b);
   Val RawUnary(std::string_view op, const Val& x);
   Val LogOfFoldable(const Val& x);
+  Val Log1pFromLog(const Val& x);
   Val ExpPassingNaN(std::string_view op, const Val& x);
   Val ReduceRows(const Val& x, const Val& init, const Dims& dims, std::string_view op);
   Val RawReduce(const Val& x, const Val& init, const Dims& dims, std::string_view op);
