@@ -42,6 +42,15 @@ def assert_close(actual, expected, **kw):
     torch.testing.assert_close(to_cpu(actual), expected, **kw)
 
 
+def ulps_from_float64(got, x, fn):
+    """|got - fn(x in float64)| per element, in float32 ulps of the float64 value (0 where both
+    are NaN): the accuracy of a float32 result against the exact one."""
+    exact = fn(x.double())
+    spacing = torch.finfo(torch.float32).eps * exact.abs().clamp_min(torch.finfo(torch.float32).tiny)
+    both_nan = got.isnan() & exact.isnan()
+    return torch.where(both_nan, 0.0, (got.double() - exact).abs() / spacing)
+
+
 @contextlib.contextmanager
 def dumping_graphs(directory):
     """Dumps the StableHLO of every graph compiled in this process inside the block."""

@@ -328,9 +328,9 @@ Val Emitter::RawUnary(std::string_view op, const Val& x) {
 // and BCE with logits over [512, 1000] floats took 5-7x CPU eager's time, log1p 1.9 ms against
 // 0.34. float32's is computed from XLA's log, which is vectorized, by Kahan's formula: with
 // u = 1 + x, log1p(x) = log(u) * (x / (u - 1)), the rounding of 1 + x cancelling in the ratio, and
-// x * 1 where u rounds to 1 (keeping -0.0; a subnormal x reads as 0 where the plugin flushes
-// them, as libm's call did); inf is inf (the ratio would be NaN); -1 gives -inf and x < -1 NaN
-// through log. The one is opaque to XLA (behind an optimization barrier): its simplifier folded
+// x * 1 where u rounds to 1 (keeping -0.0, and subnormals as the device's arithmetic treats them:
+// the CPU plugin returns log1p(1e-45) as 1e-45, the float64 value, where CPU eager gives 0); inf
+// is inf (the ratio would be NaN); -1 gives -inf and x < -1 NaN through log. The one is opaque to XLA (behind an optimization barrier): its simplifier folded
 // (x + 1) - 1 to x, and the result was log(1 + x) with 1 + x's rounding, 10^7 ulps off near 0.
 Val Emitter::Log1pFromLog(const Val& x) {
   Val one = BroadcastTo(OptimizationBarrier(Scalar(1, x.dtype())), x.dims());

@@ -83,9 +83,7 @@ std::vector<Val> LowerTrig(LowerCtx& c, Trig f) {
   Emitter& e = c.e;
   Val a = Abs(e, x);
   Val large = And(e, Cmp(e, "GT", a, K(e, kLargestReduced, a)), Cmp(e, "LT", a, K(e, INFINITY, a)));
-  Dims all;
-  for (int64_t d = 0; d < large.rank(); ++d) all.push_back(d);
-  Val any_large = e.Reduce(large, e.Scalar(0, ElementType::kBool), all, "or");
+  Val any_large = e.Reduce(large, e.Scalar(0, ElementType::kBool), AllDims(large.rank()), "or");
   // The barrier keeps XLA from turning a conditional of elementwise branches into a select of
   // both (its conditional simplifier), which would run the scalar calls on every element again.
   auto by_xla = [&](Emitter& b, const std::vector<Val>&) {
