@@ -71,6 +71,8 @@ BLOCKS = {
     "linear 128->512 fwd+bwd": (lambda x, w, b: grads(F.linear(x, w, b), x, w, b),
                                 lambda: [t(TOKENS, D, grad=True), t(4 * D, D, grad=True), t(4 * D, grad=True)]),
     "sin ([512, 1000])": (lambda x: x.sin(), lambda: [t(TOKENS, V)]),
+    "atan2 ([512, 1000])": (lambda y, x: torch.atan2(y, x), lambda: [t(TOKENS, V), t(TOKENS, V)]),
+    "x ** 2.5 ([512, 1000])": (lambda x: x.abs() ** 2.5, lambda: [t(TOKENS, V)]),
     "rotary embedding fwd+bwd (Llama's cos/sin, [8, 4, 64, 32])": (
         lambda q, k: grads(rotary(q) * rotary(k), q, k), lambda: [t(B, 4, S, 32, grad=True) for _ in range(2)]),
     "causal attention fwd+bwd": (

@@ -114,7 +114,7 @@ def test_candidate_config_carries_options_and_capabilities(fake_entry_points, mo
     assert candidate["library_path"] == "/nonexistent/libgood.so"
     assert candidate["capabilities"] == {"supported_dtypes": "float32,int32", "unsupported_dtype_policy": "error",
                                          "dense_gather": "0", "fast_transposed_matmul": "1", "nan_propagating_min_max": "1",
-                                         "fast_reductions": "1", "amp_dtypes": "bfloat16,float16", "host_kernels": "0",
+                                         "fast_reductions": "1", "fast_transcendentals": "1", "amp_dtypes": "bfloat16,float16", "host_kernels": "0",
                                          "host_memory": "0"}
     assert candidate["strict"] is False
     assert registry.candidate_config(1) is None
@@ -200,7 +200,7 @@ def test_invalid_capabilities_name_the_plugin():
                                          "default_matmul_precision": "high"}) == {
         "supported_dtypes": "float32,float64", "unsupported_dtype_policy": "error",
         "dense_gather": "1", "fast_transposed_matmul": "1", "nan_propagating_min_max": "1", "fast_reductions": "1",
-        "matmul_precision": "high",
+        "fast_transcendentals": "1", "matmul_precision": "high",
         "amp_dtypes": "", "host_kernels": "0", "host_memory": "0"}
 
 

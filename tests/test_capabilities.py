@@ -407,6 +407,50 @@ def test_min_max_select_nans_when_the_compiler_may_drop_them():
     assert explicit["plain_reductions"] == plain["plain_reductions"] == 2, (explicit, plain)
 
 
+TRANSCENDENTALS = """
+import glob, json, os, tempfile
+import torch
+dump = tempfile.mkdtemp()
+torch.pjrt.set_dump_dir(dump)
+torch.manual_seed(0)
+x = torch.rand(64, 64) + 0.25
+cases = {"sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "atan": torch.atan, "asin": lambda t: torch.asin(t - 1),
+         "acos": lambda t: torch.acos(t - 1), "atan2": lambda t: torch.atan2(t, 1 - t), "pow": lambda t: t ** 2.5,
+         "log1p": torch.log1p}
+same = {}
+for name, fn in cases.items():
+    want, got = fn(x), fn(x.to("pjrt")).cpu()
+    same[name] = torch.allclose(want, got, rtol=1e-6, atol=0)
+torch.pjrt.synchronize()
+text = "".join(open(p).read() for p in glob.glob(os.path.join(dump, "*.mlir")))
+ops = ("stablehlo.sine", "stablehlo.cosine", "stablehlo.tan", "chlo.atan", "chlo.asin", "chlo.acos",
+       "stablehlo.atan2", "stablehlo.power", "stablehlo.log_plus_one", "stablehlo.if")
+print("RESULT " + json.dumps({"same": same, "ops": {op: op in text for op in ops}}))
+"""
+
+
+def test_transcendentals_are_the_compilers_own_where_they_are_fast():
+    """A plugin declaring fast_transcendentals=False (the CPU plugin) gets float32 sin, cos, tan,
+    atan, asin, acos, atan2, pow and log1p of large tensors as float64 arithmetic (the branch of
+    sin/cos/tan for huge arguments is a stablehlo.if); one with fast transcendentals (the
+    default) gets the compiler's ops. Results equal CPU eager's either way."""
+    slow, _ = run_with_capabilities(TRANSCENDENTALS, {"fast_transcendentals": False})
+    fast, _ = run_with_capabilities(TRANSCENDENTALS, {})
+    assert all(slow["same"].values()) and all(fast["same"].values()), (slow["same"], fast["same"])
+    # sin, cos and tan keep the compiler's op only in the if's branch for arguments beyond 1e6.
+    libm_bound = ("chlo.atan", "chlo.asin", "chlo.acos", "stablehlo.atan2", "stablehlo.power", "stablehlo.log_plus_one")
+    assert not any(slow["ops"][op] for op in libm_bound), slow["ops"]
+    assert slow["ops"]["stablehlo.if"]
+    assert all(present for op, present in fast["ops"].items() if op != "stablehlo.if"), fast["ops"]
+    assert not fast["ops"]["stablehlo.if"]
+
+
+def test_the_cpu_plugin_declares_slow_transcendentals():
+    import torch
+
+    assert torch.pjrt.capabilities()["fast_transcendentals"] is False
+
+
 def test_cpu_plugin_keeps_freed_blocks_in_the_heap():
     """XLA:CPU mallocs each execution's temporary buffer on its worker threads; the CPU plugin
     keeps freed large blocks in the heap (runtime/host_heap.cc), so a training step reuses that

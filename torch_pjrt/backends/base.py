@@ -131,6 +131,12 @@ class DevicePlugin:
     #: optimization barrier.
     fast_reductions: bool = True
 
+    #: False when the compiler computes float32 sin, cos, tan, atan2 (and asin, acos, atan,
+    #: which it expands into atan2), pow and log1p with a scalar library call per element. The
+    #: lowering then computes them, for float32 tensors of 1024 elements or more, in float64
+    #: arithmetic the compiler vectorizes (argument reduction and polynomials), rounded once.
+    fast_transcendentals: bool = True
+
     #: True when the plugin runs XLA collectives between processes (given the key-value store
     #: and ``distributed_client_options``): the ``pjrt`` process group then puts all-reduce,
     #: broadcast, all-gather and reduce-scatter into the lazy graph, so a DDP step stays one
@@ -195,7 +201,8 @@ class DevicePlugin:
 
 _POLICIES = ("error", "warn")
 # Capabilities that are plain booleans, True by default (sent to the runtime as "1"/"0").
-_BOOLEAN_CAPABILITIES = ("dense_gather", "fast_transposed_matmul", "nan_propagating_min_max", "fast_reductions")
+_BOOLEAN_CAPABILITIES = ("dense_gather", "fast_transposed_matmul", "nan_propagating_min_max", "fast_reductions",
+                         "fast_transcendentals")
 _PRECISIONS = ("highest", "high", "default")
 
 

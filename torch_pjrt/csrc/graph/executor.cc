@@ -87,6 +87,7 @@ lowering::TargetOptions TargetOptionsFromCapabilities() {
                             {"fast_transposed_matmul", &target.fast_transposed_matmul},
                             {"nan_propagating_min_max", &target.nan_propagating_min_max},
                             {"fast_reductions", &target.fast_reductions},
+                            {"fast_transcendentals", &target.fast_transcendentals},
                             {"host_kernels", &target.host_kernels}}) {
     auto found = caps.find(name);
     if (found != caps.end()) *flag = found->second != "0";

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "lowering/float_math.h"
 #include "lowering/helpers.h"
 
 namespace torch_pjrt::lowering {
@@ -343,6 +344,13 @@ std::vector<Val> LowerChlo(LowerCtx& c) {
 }
 constexpr char kErfinv[] = "erf_inv", kAsin[] = "asin", kAcos[] = "acos",
                kAtan[] = "atan", kAsinh[] = "asinh", kAcosh[] = "acosh", kAtanh[] = "atanh";
+// atan, asin and acos: XLA expands CHLO's into atan2, a libm call per element on XLA:CPU;
+// float_math computes large float32 ones in vectorized arithmetic instead.
+template <const char* kOp, Val (*kArithmetic)(Emitter&, const Val&)>
+std::vector<Val> LowerInverseTrig(LowerCtx& c) {
+  Val x = In(c, 0, Compute(c));
+  return {Done(c, float_math::Applies(c.e, x) ? kArithmetic(c.e, x) : Chlo(c.e, kOp, x))};
+}
 
 // XLA's float32 erf clamps its argument at 3.8325069 and returns 1 - 3 ulps there, so erf(36)
 // cast to an integer was 0. torch's float32 erf is exactly +-1 from that same |x| on; float64's
@@ -751,9 +759,9 @@ void RegisterElementwiseOps(Registry& r) {
   r.Add("sigmoid", LowerUnary<kSigmoid>);
   r.Add("erf", LowerErf);
   r.Add("erfinv", LowerChlo<kErfinv>);
-  r.Add("asin", LowerChlo<kAsin>);
-  r.Add("acos", LowerChlo<kAcos>);
-  r.Add("atan", LowerChlo<kAtan>);
+  r.Add("asin", LowerInverseTrig<kAsin, float_math::Asin>);
+  r.Add("acos", LowerInverseTrig<kAcos, float_math::Acos>);
+  r.Add("atan", LowerInverseTrig<kAtan, float_math::Atan>);
   r.Add("sinh", LowerSinh);
   r.Add("cosh", LowerCosh);
   r.Add("asinh", LowerChlo<kAsinh>);

@@ -7,6 +7,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "lowering/float_math.h"
+
 namespace torch_pjrt::lowering {
 
 namespace {
@@ -301,7 +303,7 @@ Val Emitter::Unflatten(const Val& flat, const Dims& dims) {
 
 Val Emitter::Unary(std::string_view op, const Val& x) {
   if (op == "log" && !x.is_param && x.sub < 0 && log_foldable_.count(x.id) > 0) return LogOfFoldable(x);
-  if (op == "log_plus_one" && x.dtype() == ElementType::kF32) return Log1pFromLog(x);
+  if (op == "log_plus_one" && x.dtype() == ElementType::kF32 && !target_.fast_transcendentals) return Log1pFromLog(x);
   bool exp_like = (op == "exponential" || op == "exponential_minus_one") && IsFloating(x.dtype());
   Val v = exp_like ? ExpPassingNaN(op, x) : RawUnary(op, x);
   if (op == "exponential" && IsFloating(x.dtype())) log_foldable_.insert(v.id);
@@ -362,6 +364,8 @@ Val Emitter::Binary(std::string_view op, const Val& a, const Val& b) {
                            " vs " + TypeString(b));
   }
   if (NeedsExplicitNan(op, a.dtype())) return NanPropagating(RawBinary(op, a, b), a, b);
+  if (op == "atan2" && float_math::Applies(*this, a)) return float_math::Atan2(*this, a, b);
+  if (op == "power" && float_math::Applies(*this, a)) return float_math::Pow(*this, a, b);
   return RawBinary(op, a, b);
 }
 

@@ -58,6 +58,10 @@ struct TargetOptions {
   // trailing dimensions becomes a dot with a ones vector, and a reduction over leading
   // dimensions gets its operand behind an optimization barrier (Emitter::RawReduce).
   bool fast_reductions = true;
+  // The compiler computes float32 sin, cos, tan, atan2, pow and log1p in vectorized code. When
+  // false (XLA:CPU, which calls libm per element), the lowering computes them in arithmetic it
+  // vectorizes: float_math.h, trigonometric.cc, Emitter::Log1pFromLog.
+  bool fast_transcendentals = true;
   // Device memory is host memory and torch's CPU kernels may run on it inside the program
   // (host_kernels/): float32 convolutions become custom calls to ATen's convolution.
   bool host_kernels = false;

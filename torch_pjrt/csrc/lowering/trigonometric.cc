@@ -1,8 +1,9 @@
 // sin, cos and tan. XLA:CPU computes stablehlo.sine/cosine/tan with a call into libm per element
 // (perf: 88% of a one-thread sine's time in `__sinf_fma`): 9-11 ns an element, sin over [512,
-// 1000] floats 4.3-4.6 ms against CPU eager's 0.2 (SLEEF's vectorized kernels). For float32 (and
-// the half types, computed in float) a tensor of kMinElements or more is reduced and evaluated
-// here in plain arithmetic, which XLA vectorizes: in float64, k = round(x * 2/pi), r = x - k*pi/2
+// 1000] floats 4.3-4.6 ms against CPU eager's 0.2 (SLEEF's vectorized kernels). On such a compiler
+// (TargetOptions::fast_transcendentals false), for float32 (and the half types, computed in float)
+// a tensor of float_math::kMinElements or more is reduced and evaluated here in plain arithmetic,
+// which XLA vectorizes: in float64, k = round(x * 2/pi), r = x - k*pi/2
 // with pi/2 in two parts (Cody-Waite; exact while k < 2^20), then Taylor polynomials of sin r and
 // cos r on |r| <= pi/4 (truncation below 1e-12, far under a float ulp) picked and negated by
 // k mod 4. The result is the float64 value rounded once to float: within 0.5 ulp of the exact
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "lowering/float_math.h"
 #include "lowering/pointwise_util.h"
 
 namespace torch_pjrt::lowering {
@@ -21,8 +23,6 @@ namespace {
 
 using namespace pw;
 
-// Below this many elements the scalar calls cost less than the extra reduction and branch.
-constexpr int64_t kMinElements = 1024;
 // |x| beyond this goes to XLA's ops: k = round(x * 2/pi) stays under 2^20, so k * kPio2Hi (33
 // significant bits) is exact in float64.
 constexpr double kLargestReduced = 1.0e6;
@@ -79,7 +79,7 @@ Val ReducedTrig(Emitter& e, const Val& x, Trig f) {
 std::vector<Val> LowerTrig(LowerCtx& c, Trig f) {
   ElementType t = Compute(c);
   Val x = In(c, 0, t);
-  if (t != ElementType::kF32 || x.numel() < kMinElements) return {Done(c, c.e.Unary(XlaOp(f), x))};
+  if (!float_math::Applies(c.e, x)) return {Done(c, c.e.Unary(XlaOp(f), x))};
   Emitter& e = c.e;
   Val a = Abs(e, x);
   Val large = And(e, Cmp(e, "GT", a, K(e, kLargestReduced, a)), Cmp(e, "LT", a, K(e, INFINITY, a)));

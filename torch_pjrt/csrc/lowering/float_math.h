@@ -1,0 +1,25 @@
+// Float32 math that XLA:CPU would compute with a call into libm per element, computed instead in
+// float64 arithmetic that it vectorizes (TargetOptions::fast_transcendentals false): atan2 and
+// the inverse trigonometric functions, and pow. Each takes and returns float32 values; the result
+// is the float64 value rounded once, within about half an ulp of the exact one. Special values
+// (NaN, infinities, signed zeros) follow C99, as CPU eager's kernels do; subnormal arguments read
+// as zeros of their sign, as the device's arithmetic reads them.
+#pragma once
+
+#include "lowering/emitter.h"
+
+namespace torch_pjrt::lowering::float_math {
+
+// Whether `x` (an operand of the op to compute) takes these forms: float32, at least
+// kMinElements elements, on a compiler without fast transcendentals. Smaller tensors keep the
+// compiler's op, whose scalar calls cost less than the longer program there.
+constexpr int64_t kMinElements = 1024;
+bool Applies(const Emitter& e, const Val& x);
+
+Val Atan2(Emitter& e, const Val& y, const Val& x);
+Val Atan(Emitter& e, const Val& x);
+Val Asin(Emitter& e, const Val& x);
+Val Acos(Emitter& e, const Val& x);
+Val Pow(Emitter& e, const Val& x, const Val& y);
+
+}  // namespace torch_pjrt::lowering::float_math
