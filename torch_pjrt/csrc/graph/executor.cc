@@ -489,7 +489,7 @@ bool HasType(const runtime::Buffer& b, const TensorType& t) {
 }
 
 bool SoleHolder(const std::shared_ptr<runtime::Buffer>& buffer) {
-  return buffer.use_count() - buffer->inflight_reads() == 1;
+  return runtime::Buffer::SoleHolderApartFromReads(buffer);
 }
 
 namespace {

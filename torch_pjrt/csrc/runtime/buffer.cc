@@ -412,4 +412,31 @@ void Buffer::ResetPeakBytes(int device) {
   if (device >= 0 && device < kMaxTrackedDevices) g_peak_bytes[device] = g_live_bytes[device].load();
 }
 
+namespace {
+
+std::mutex& ReadCountMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+}  // namespace
+
+bool Buffer::SoleHolderApartFromReads(const std::shared_ptr<Buffer>& buffer) {
+  std::lock_guard<std::mutex> lock(ReadCountMutex());
+  return buffer.use_count() - buffer->inflight_reads() == 1;
+}
+
+void Buffer::EndRead(std::shared_ptr<Buffer> buffer) {
+  std::shared_ptr<Buffer> last;  // destroyed after the lock: freeing device memory takes a while
+  {
+    std::lock_guard<std::mutex> lock(ReadCountMutex());
+    buffer->inflight_reads_.fetch_sub(1, std::memory_order_acq_rel);
+    if (buffer.use_count() == 1) {
+      last = std::move(buffer);
+    } else {
+      buffer.reset();
+    }
+  }
+}
+
 }  // namespace torch_pjrt::runtime

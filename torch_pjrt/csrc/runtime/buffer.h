@@ -122,7 +122,14 @@ class Buffer {
   // finished (PJRT orders a donating execution after earlier readers of the buffer).
   int inflight_reads() const { return inflight_reads_.load(std::memory_order_acquire); }
   void AddInflightRead() { inflight_reads_.fetch_add(1, std::memory_order_acq_rel); }
-  void DropInflightRead() { inflight_reads_.fetch_sub(1, std::memory_order_acq_rel); }
+  // Whether `buffer` is the only reference to its Buffer apart from the executions reading it.
+  // Read under the lock EndRead takes: a finished execution's arguments are dropped on another
+  // thread (executable.cc's reaper), and a count read between one argument's uncounted read and
+  // its dropped reference said "held elsewhere", so a training step's program was compiled
+  // without a donation now and then (a BatchNorm's running statistics, read by the backward).
+  static bool SoleHolderApartFromReads(const std::shared_ptr<Buffer>& buffer);
+  // Ends one execution's read of `buffer`: its count and its reference go together.
+  static void EndRead(std::shared_ptr<Buffer> buffer);
 
   // Bytes held by live buffers on each device (what memory_reserved reports; a donated buffer's
   // bytes count once, as its output's), and their peak since the last reset.

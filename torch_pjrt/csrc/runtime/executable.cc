@@ -33,8 +33,8 @@ class ReadArguments {
 
  private:
   void Release() {
-    for (const auto& b : buffers_) {
-      if (b) b->DropInflightRead();
+    for (auto& b : buffers_) {
+      if (b) Buffer::EndRead(std::move(b));
     }
     buffers_.clear();
   }
