@@ -73,6 +73,7 @@ BLOCKS = {
     "sin ([512, 1000])": (lambda x: x.sin(), lambda: [t(TOKENS, V)]),
     "atan2 ([512, 1000])": (lambda y, x: torch.atan2(y, x), lambda: [t(TOKENS, V), t(TOKENS, V)]),
     "x ** 2.5 ([512, 1000])": (lambda x: x.abs() ** 2.5, lambda: [t(TOKENS, V)]),
+    "x % 0.7 ([512, 1000])": (lambda x: x % 0.7, lambda: [t(TOKENS, V)]),
     "rotary embedding fwd+bwd (Llama's cos/sin, [8, 4, 64, 32])": (
         lambda q, k: grads(rotary(q) * rotary(k), q, k), lambda: [t(B, 4, S, 32, grad=True) for _ in range(2)]),
     "causal attention fwd+bwd": (

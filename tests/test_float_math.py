@@ -172,3 +172,55 @@ def test_norms_and_distances_use_the_same_pow():
                                torch.linalg.vector_norm(x, 3.5, dim=-1))
     torch.testing.assert_close(torch.cdist(x.to("pjrt"), x[:16].to("pjrt"), p=1.5).cpu(), torch.cdist(x, x[:16], p=1.5),
                                rtol=1e-5, atol=1e-4)
+
+
+def fmod_arguments(seed):
+    """Dividends and divisors whose quotients stay under 2^26, specials and signed zeros first."""
+    a = uniform(1e3, seed).float()
+    b = uniform(1.0, seed + 1).float()
+    b = torch.where(b.abs() < 1e-3, torch.full_like(b, 0.37), b)
+    s, t = special_pairs()
+    # Quotients under 2^26, or a non-finite or zero operand: 1e30 / 1e-30 takes the other branch
+    # (where CPU eager, whose float quotient overflows, gives NaN and XLA's fmodf the exact value).
+    q = s.double() / t.double()
+    keep = (q.abs() < 2 ** 26) | ~torch.isfinite(s) | ~torch.isfinite(t) | (t == 0)
+    return torch.cat([s[keep], a]), torch.cat([t[keep], b])
+
+
+@pytest.mark.parametrize("fn", [torch.fmod, torch.remainder], ids=lambda f: f.__name__)
+def test_fmod_and_remainder_equal_cpu_exactly(fn):
+    """fmod is exact, and so is this: every result, zero signs and NaNs included, is CPU eager's."""
+    a, b = fmod_arguments(13)
+    got, expected = on_pjrt(fn, a, b, op=fn.__name__), fn(a, b)
+    assert torch.equal(got.isnan(), expected.isnan())
+    both = ~expected.isnan()
+    assert torch.equal(got[both], expected[both])
+    assert torch.equal(torch.signbit(got[both]), torch.signbit(expected[both]))
+
+
+@pytest.mark.parametrize("fn", [torch.fmod, torch.remainder, torch.floor_divide], ids=lambda f: f.__name__)
+def test_quotients_beyond_the_exact_range_take_the_compilers_op(fn):
+    a, b = uniform(10.0, 14).float(), uniform(3.0, 15, low=0.5).float()
+    a[7], b[7] = 1e30, 3.0  # quotient 3e29
+    torch.testing.assert_close(on_pjrt(fn, a, b, op=fn.__name__), fn(a, b), rtol=0, atol=0)
+
+
+def test_floor_divide_and_scalar_modulo_equal_cpu():
+    a, b = fmod_arguments(16)
+    finite = torch.isfinite(a) & torch.isfinite(b) & (b != 0)
+    a, b = a[finite], b[finite]
+    torch.testing.assert_close(on_pjrt(torch.floor_divide, a, b, op="floor_divide"), torch.floor_divide(a, b), rtol=0, atol=0)
+    torch.testing.assert_close(on_pjrt(lambda t: t % 0.7, a, op="remainder"), a % 0.7, rtol=0, atol=0)
+
+
+def test_large_fmod_is_computed_here(tmp_path):
+    """The native path ran: a large float32 fmod holds the compiler's remainder only inside the
+    stablehlo.if's branch for huge quotients; a small one is the plain op."""
+    with dumping_graphs(tmp_path / "large"):
+        torch.fmod(torch.rand(4096, device="pjrt") * 10, 0.3).cpu()
+    large = dumped_text(tmp_path / "large")
+    assert "stablehlo.if" in large and large.count("stablehlo.remainder") == 1
+    with dumping_graphs(tmp_path / "small"):
+        torch.fmod(torch.rand(64, device="pjrt") * 10, 0.3).cpu()
+    small = dumped_text(tmp_path / "small")
+    assert "stablehlo.remainder" in small and "stablehlo.if" not in small

@@ -366,6 +366,7 @@ Val Emitter::Binary(std::string_view op, const Val& a, const Val& b) {
   if (NeedsExplicitNan(op, a.dtype())) return NanPropagating(RawBinary(op, a, b), a, b);
   if (op == "atan2" && float_math::Applies(*this, a)) return float_math::Atan2(*this, a, b);
   if (op == "power" && float_math::Applies(*this, a)) return float_math::Pow(*this, a, b);
+  if (op == "remainder" && float_math::Applies(*this, a)) return float_math::Fmod(*this, a, b);
   return RawBinary(op, a, b);
 }
 

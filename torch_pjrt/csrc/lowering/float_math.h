@@ -1,6 +1,6 @@
 // Float32 math that XLA:CPU would compute with a call into libm per element, computed instead in
 // float64 arithmetic that it vectorizes (TargetOptions::fast_transcendentals false): atan2 and
-// the inverse trigonometric functions, and pow. Each takes and returns float32 values; the result
+// the inverse trigonometric functions, pow, and fmod (exact). Each takes and returns float32 values; the result
 // is the float64 value rounded once, within about half an ulp of the exact one. Special values
 // (NaN, infinities, signed zeros) follow C99, as CPU eager's kernels do; subnormal arguments read
 // as zeros of their sign, as the device's arithmetic reads them.
@@ -21,5 +21,9 @@ Val Atan(Emitter& e, const Val& x);
 Val Asin(Emitter& e, const Val& x);
 Val Acos(Emitter& e, const Val& x);
 Val Pow(Emitter& e, const Val& x, const Val& y);
+// C's fmod (stablehlo.remainder), exact: the sign of a, NaN for b = 0 or infinite a, a for
+// infinite b. A tensor holding a quotient of 2^26 or more takes the compiler's op (a
+// stablehlo.if over the whole tensor).
+Val Fmod(Emitter& e, const Val& a, const Val& b);
 
 }  // namespace torch_pjrt::lowering::float_math
