@@ -132,7 +132,8 @@ class DevicePlugin:
     fast_reductions: bool = True
 
     #: False when the compiler computes float32 sin, cos, tan, atan2 (and asin, acos, atan,
-    #: which it expands into atan2), pow and log1p with a scalar library call per element. The
+    #: which it expands into atan2), pow, remainder (fmod) and log1p with a scalar library call
+    #: per element. The
     #: lowering then computes them, for float32 tensors of 1024 elements or more, in float64
     #: arithmetic the compiler vectorizes (argument reduction and polynomials), rounded once.
     fast_transcendentals: bool = True

@@ -58,7 +58,7 @@ struct TargetOptions {
   // trailing dimensions becomes a dot with a ones vector, and a reduction over leading
   // dimensions gets its operand behind an optimization barrier (Emitter::RawReduce).
   bool fast_reductions = true;
-  // The compiler computes float32 sin, cos, tan, atan2, pow and log1p in vectorized code. When
+  // The compiler computes float32 sin, cos, tan, atan2, pow, remainder and log1p in vectorized code. When
   // false (XLA:CPU, which calls libm per element), the lowering computes them in arithmetic it
   // vectorizes: float_math.h, trigonometric.cc, Emitter::Log1pFromLog.
   bool fast_transcendentals = true;
