@@ -20,8 +20,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kSqrt2 = 1.41421356237309504880;
 
-// Subnormal float32 values as zeros of their sign (what XLA:CPU's arithmetic reads them as: its
-// converts honour the DAZ bit too, but only sometimes see it set), then float64.
+// Subnormal float32 values as zeros of their sign (what the CPU plugin's arithmetic reads them
+// as), then float64. Done on the bits, so that the result does not depend on whether the convert
+// runs with the DAZ flag set.
 Val Widened(Emitter& e, const Val& x) {
   Val bits = e.BitcastConvert(x, TensorType{ElementType::kU32, x.dims()});
   Val exponent = e.Binary("and", bits, e.Full(0x7f800000, bits.type));
@@ -29,9 +30,6 @@ Val Widened(Emitter& e, const Val& x) {
   Val flushed = e.BitcastConvert(Sel(e, Cmp(e, "EQ", exponent, K(e, 0, exponent)), sign, bits), x.type);
   return e.Convert(flushed, ElementType::kF64);
 }
-
-// p(z) with coefficients highest degree first.
-Val Poly(Emitter& e, const Val& z, const std::vector<double>& c) { return Polevl(e, z, c); }
 
 // atan t for 0 <= t <= 1 (or NaN), float64: Cephes' atan, whose rational function holds to 1e-16
 // on |u| <= 0.66 (checked against numpy over [0, 1]); t above 0.66 is reduced by
@@ -47,7 +45,7 @@ Val AtanOfUnit(Emitter& e, const Val& t) {
   Val reduced = Cmp(e, "GT", t, K(e, 0.66, t));
   Val u = Sel(e, reduced, Div(e, Sub(e, t, one), Add(e, t, one)), t);
   Val z = Mul(e, u, u);
-  Val r = Add(e, u, Mul(e, u, Div(e, Mul(e, z, Poly(e, z, p)), Poly(e, z, q))));
+  Val r = Add(e, u, Mul(e, u, Div(e, Mul(e, z, Polevl(e, z, p)), Polevl(e, z, q))));
   return Sel(e, reduced, Add(e, r, K(e, kPi / 4, r)), r);
 }
 
@@ -94,7 +92,7 @@ Val LogOfMagnitude(Emitter& e, const Val& x) {
   Val s = Div(e, Sub(e, m, one), Add(e, m, one));
   std::vector<double> series;
   for (int n = 9; n >= 0; --n) series.push_back(1.0 / (2 * n + 1));
-  Val log_m = Mul(e, Mul(e, K(e, 2, s), s), Poly(e, Mul(e, s, s), series));
+  Val log_m = Mul(e, Mul(e, K(e, 2, s), s), Polevl(e, Mul(e, s, s), series));
   Val finite = Add(e, Mul(e, k, K(e, kLn2, k)), log_m);
   Val a = Widened(e, Abs(e, x));
   Val special = Sel(e, Cmp(e, "EQ", a, K(e, 0, a)), K(e, -kInf, a), a);  // 0: -inf; inf, NaN: themselves
