@@ -29,20 +29,6 @@ Val Done(LowerCtx& c, const Val& v) { return c.e.Convert(v, c.out().dtype); }
 Val Divisor(LowerCtx& c, double v, ElementType t) {
   return c.e.BroadcastTo(c.e.OptimizationBarrier(c.e.Scalar(v, t)), c.out().dims);
 }
-// x with denormals replaced by zeros of the same sign. XLA:CPU runs with denormals-are-zero, but
-// some of its expansions (pow's log, atan2) read the bits of a denormal and return values that
-// match neither the denormal nor zero (atan2(1e-40, 1e-40) was NaN); this makes them see the zero
-// the arithmetic sees. Done on the bits: XLA folds select(x == 0, x * 0, x) back to x.
-Val FlushDenormals(Emitter& e, const Val& x) {
-  bool f64 = x.dtype() == ElementType::kF64;
-  if (x.dtype() != ElementType::kF32 && !f64) return x;
-  TensorType bits_type{f64 ? ElementType::kU64 : ElementType::kU32, x.dims()};
-  Val bits = e.BitcastConvert(x, bits_type);
-  Val exponent = e.Binary("and", bits, e.Full(f64 ? 9218868437227405312.0 : 2139095040.0, bits_type));
-  Val sign = e.Binary("and", bits, e.Full(f64 ? 9223372036854775808.0 : 2147483648.0, bits_type));
-  Val denormal = e.Compare("EQ", exponent, e.Full(0, bits_type));
-  return e.BitcastConvert(e.Select(denormal, sign, bits), x.type);
-}
 
 Val Add(Emitter& e, const Val& a, const Val& b) { return e.Binary("add", a, b); }
 Val Sub(Emitter& e, const Val& a, const Val& b) { return e.Binary("subtract", a, b); }

@@ -20,16 +20,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kSqrt2 = 1.41421356237309504880;
 
-// Subnormal float32 values as zeros of their sign (what the CPU plugin's arithmetic reads them
-// as), then float64. Done on the bits, so that the result does not depend on whether the convert
-// runs with the DAZ flag set.
-Val Widened(Emitter& e, const Val& x) {
-  Val bits = e.BitcastConvert(x, TensorType{ElementType::kU32, x.dims()});
-  Val exponent = e.Binary("and", bits, e.Full(0x7f800000, bits.type));
-  Val sign = e.Binary("and", bits, e.Full(0x80000000u, bits.type));
-  Val flushed = e.BitcastConvert(Sel(e, Cmp(e, "EQ", exponent, K(e, 0, exponent)), sign, bits), x.type);
-  return e.Convert(flushed, ElementType::kF64);
-}
+// x in float64, subnormals read as zeros of their sign (what the CPU plugin's arithmetic reads
+// them as), on the bits, so that the result does not depend on whether the convert runs with the
+// DAZ flag set.
+Val Widened(Emitter& e, const Val& x) { return e.Convert(FlushDenormals(e, x), ElementType::kF64); }
 
 // atan t for 0 <= t <= 1 (or NaN), float64: Cephes' atan, whose rational function holds to 1e-16
 // on |u| <= 0.66 (checked against numpy over [0, 1]); t above 0.66 is reduced by
@@ -111,6 +105,16 @@ std::pair<Val, Val> IntegerAndOdd(Emitter& e, const Val& y) {
 
 }  // namespace
 
+Val ComputedUnlessAny(Emitter& e, const Val& beyond, const std::function<Val(Emitter&)>& by_compiler,
+                      const std::function<Val(Emitter&)>& computed) {
+  Val any = e.Reduce(beyond, e.Scalar(0, ElementType::kBool), AllDims(beyond.rank()), "or");
+  auto compiler_branch = [&](Emitter& b, const std::vector<Val>&) {
+    return std::vector<Val>{b.OptimizationBarrier(by_compiler(b))};
+  };
+  auto computed_branch = [&](Emitter& b, const std::vector<Val>&) { return std::vector<Val>{computed(b)}; };
+  return e.If(any, compiler_branch, computed_branch)[0];
+}
+
 bool Applies(const Emitter& e, const Val& x) {
   return !e.target().fast_transcendentals && x.dtype() == ElementType::kF32 && x.numel() >= kMinElements;
 }
@@ -167,16 +171,11 @@ Val Fmod(Emitter& e, const Val& a, const Val& b) {
   Val exact = Narrowed(e, CopySign(e, Sel(e, by_infinite, ad, r), ad));
   Val aq = Abs(e, q);
   Val large = And(e, Cmp(e, "GE", aq, K(e, 67108864.0, aq)), Cmp(e, "LT", aq, K(e, kInf, aq)));
-  Val any_large = e.Reduce(large, e.Scalar(0, ElementType::kBool), AllDims(large.rank()), "or");
-  // The barrier keeps XLA from turning the conditional into a select of both branches
-  // (trigonometric.cc), which would run the libm calls on every element again.
-  auto by_compiler = [&](Emitter& inner, const std::vector<Val>&) {
+  auto by_compiler = [&](Emitter& inner) {
     // Raw: Emitter::Binary("remainder") would come back here.
-    Val r = inner.Raw("stablehlo.remainder " + inner.Name(a) + ", " + inner.Name(b), TypeString(a), a.type);
-    return std::vector<Val>{inner.OptimizationBarrier(r)};
+    return inner.Raw("stablehlo.remainder " + inner.Name(a) + ", " + inner.Name(b), TypeString(a), a.type);
   };
-  auto computed = [&](Emitter&, const std::vector<Val>&) { return std::vector<Val>{exact}; };
-  return e.If(any_large, by_compiler, computed)[0];
+  return ComputedUnlessAny(e, large, by_compiler, [&](Emitter&) { return exact; });
 }
 
 }  // namespace torch_pjrt::lowering::float_math

@@ -6,6 +6,8 @@
 // as zeros of their sign, as the device's arithmetic reads them.
 #pragma once
 
+#include <functional>
+
 #include "lowering/emitter.h"
 
 namespace torch_pjrt::lowering::float_math {
@@ -15,6 +17,14 @@ namespace torch_pjrt::lowering::float_math {
 // compiler's op, whose scalar calls cost less than the longer program there.
 constexpr int64_t kMinElements = 1024;
 bool Applies(const Emitter& e, const Val& x);
+
+// `computed(e)` where no element of the boolean `beyond` is set, else `by_compiler(e)` (the
+// compiler's own op) for the whole tensor: the branches of a stablehlo.if, for arguments the
+// arithmetic forms do not cover. The compiler's branch ends in an optimization barrier: without
+// it XLA's conditional simplifier turned an if of two elementwise branches into a select of
+// both, which ran the scalar calls on every element again.
+Val ComputedUnlessAny(Emitter& e, const Val& beyond, const std::function<Val(Emitter&)>& by_compiler,
+                      const std::function<Val(Emitter&)>& computed);
 
 Val Atan2(Emitter& e, const Val& y, const Val& x);
 Val Atan(Emitter& e, const Val& x);

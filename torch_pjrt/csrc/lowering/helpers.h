@@ -61,6 +61,9 @@ int64_t NormDim(int64_t dim, int64_t rank);
 Dims NormDims(const Dims& dims, int64_t rank, bool empty_means_all = true);
 
 // Broadcasts (numpy rules) and converts `v` to `dims` and `t`.
+// x with denormals replaced by zeros of the same sign, on the bits (float32 and float64; other
+// types as they are): what XLA:CPU's arithmetic, which runs with denormals-are-zero, reads them as.
+Val FlushDenormals(Emitter& e, const Val& x);
 Val Coerce(Emitter& e, const Val& v, const Dims& dims, ElementType t);
 inline Val Coerce(Emitter& e, const Val& v, const TensorType& t) { return Coerce(e, v, t.dims, t.dtype); }
 

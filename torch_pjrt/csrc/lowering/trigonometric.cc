@@ -34,21 +34,14 @@ enum class Trig { kSin, kCos, kTan };
 
 const char* XlaOp(Trig f) { return f == Trig::kSin ? "sine" : f == Trig::kCos ? "cosine" : "tan"; }
 
-// p(z) = coeffs[0] + z * (coeffs[1] + z * (...)), Horner's scheme.
-Val Horner(Emitter& e, const Val& z, const std::vector<double>& coeffs) {
-  Val acc = K(e, coeffs.back(), z);
-  for (size_t i = coeffs.size() - 1; i-- > 0;) acc = Add(e, Mul(e, acc, z), K(e, coeffs[i], z));
-  return acc;
-}
-
 // sin r and cos r for |r| <= pi/4 (float64): Taylor series to r^13 and r^12.
 std::pair<Val, Val> SinCosOfReduced(Emitter& e, const Val& r) {
   Val z = Mul(e, r, r);
-  Val sin_poly = Horner(e, z, {-1.0 / 6, 1.0 / 120, -1.0 / 5040, 1.0 / 362880, -1.0 / 39916800,
-                               1.0 / 6227020800.0});
+  Val sin_poly = Polevl(e, z, {1.0 / 6227020800.0, -1.0 / 39916800, 1.0 / 362880, -1.0 / 5040, 1.0 / 120,
+                               -1.0 / 6});
   Val sin_r = Add(e, r, Mul(e, Mul(e, r, z), sin_poly));
-  Val cos_r = Horner(e, z, {1.0, -1.0 / 2, 1.0 / 24, -1.0 / 720, 1.0 / 40320, -1.0 / 3628800,
-                            1.0 / 479001600.0});
+  Val cos_r = Polevl(e, z, {1.0 / 479001600.0, -1.0 / 3628800, 1.0 / 40320, -1.0 / 720, 1.0 / 24,
+                            -1.0 / 2, 1.0});
   return {sin_r, cos_r};
 }
 
@@ -83,14 +76,8 @@ std::vector<Val> LowerTrig(LowerCtx& c, Trig f) {
   Emitter& e = c.e;
   Val a = Abs(e, x);
   Val large = And(e, Cmp(e, "GT", a, K(e, kLargestReduced, a)), Cmp(e, "LT", a, K(e, INFINITY, a)));
-  Val any_large = e.Reduce(large, e.Scalar(0, ElementType::kBool), AllDims(large.rank()), "or");
-  // The barrier keeps XLA from turning a conditional of elementwise branches into a select of
-  // both (its conditional simplifier), which would run the scalar calls on every element again.
-  auto by_xla = [&](Emitter& b, const std::vector<Val>&) {
-    return std::vector<Val>{b.OptimizationBarrier(b.Unary(XlaOp(f), x))};
-  };
-  auto reduced = [&](Emitter& b, const std::vector<Val>&) { return std::vector<Val>{ReducedTrig(b, x, f)}; };
-  Val y = e.If(any_large, by_xla, reduced)[0];
+  auto by_xla = [&](Emitter& b) { return b.Unary(XlaOp(f), x); };
+  Val y = float_math::ComputedUnlessAny(e, large, by_xla, [&](Emitter& b) { return ReducedTrig(b, x, f); });
   return {Done(c, y)};
 }
 
